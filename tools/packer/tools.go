@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the packer binary the tests and `make image` run.
+package tools
+
+import _ "github.com/hashicorp/packer"
