@@ -1,0 +1,257 @@
+package gpustack
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// ModuleFlavour is the NVIDIA kernel module flavour.
+type ModuleFlavour string
+
+const (
+	ModulesAuto        ModuleFlavour = "auto"
+	ModulesOpen        ModuleFlavour = "open"
+	ModulesProprietary ModuleFlavour = "proprietary"
+)
+
+// DriverSource is where the driver packages come from.
+type DriverSource string
+
+const (
+	SourceDistro      DriverSource = "distro"
+	SourceCUDARepo    DriverSource = "cuda-repo"
+	SourcePrecompiled DriverSource = "precompiled"
+)
+
+// HookMode is how containers in the guest get the GPU.
+type HookMode string
+
+const (
+	HookOCIPrestart HookMode = "oci-prestart"
+	HookCDI         HookMode = "cdi"
+	HookBoth        HookMode = "both"
+)
+
+// Options are the validated settings. Zero values are never used directly:
+// Resolve fills every field from the table's defaults first.
+type Options struct {
+	EnableGPU           bool
+	DriverVersion       string // "" means the release's default branch
+	KernelModules       ModuleFlavour
+	DriverSource        DriverSource
+	CUDARepoURL         string
+	CUDARepoKeyring     string
+	Toolkit             bool
+	ToolkitVersion      string
+	ToolkitRepoURL      string
+	ToolkitRepoKeyring  string
+	HookMode            HookMode
+	BlacklistNouveau    bool
+	Persistenced        bool
+	FabricManager       bool
+	ConfidentialCompute bool
+	GateOnPCI           bool
+	Kernels             string // newest, all, or a comma separated list
+
+	LocalRepo         string // auto, yes, no
+	RepoPath          string
+	RepoPackages      []string // templates; nil means the distro's default
+	RepoClosure       string
+	RepoExtraPackages []string
+	SigningKey        string
+	PassphraseEnv     string
+	RepoKeyring       string
+	RepoSourcesFile   bool
+	OutputDir         string
+
+	Verify          bool
+	SourceDateEpoch int64 // -1: now
+}
+
+// RepoEnabled reports whether the local repository is baked.
+func (o Options) RepoEnabled() bool {
+	switch o.LocalRepo {
+	case "yes":
+		return true
+	case "no":
+		return false
+	}
+	return o.EnableGPU
+}
+
+// Timestamp is the time every written timestamp uses.
+func (o Options) Timestamp() time.Time {
+	if o.SourceDateEpoch >= 0 {
+		return time.Unix(o.SourceDateEpoch, 0).UTC()
+	}
+	return time.Now().UTC().Truncate(time.Second)
+}
+
+// Source is where a value came from.
+type Source int
+
+const (
+	FromDefault Source = iota
+	FromEnv
+	FromHCL
+	FromFlag
+)
+
+// Name is the setting's name as the user wrote it in this source.
+func (src Source) Name(s *Setting) string {
+	switch src {
+	case FromEnv:
+		return s.Env
+	case FromFlag:
+		return "--" + s.Flag
+	case FromHCL:
+		return s.Key
+	}
+	return s.Key + " (default)"
+}
+
+func (src Source) String() string {
+	return [...]string{"default", "environment", "HCL", "flag"}[src]
+}
+
+// Raw is an unparsed value: a scalar, or a list from HCL.
+type Raw struct {
+	Values []string
+	IsList bool
+}
+
+// Scalar is a Raw holding one textual value.
+func Scalar(s string) Raw { return Raw{Values: []string{s}} }
+
+// Input is everything Resolve reads.
+type Input struct {
+	// Explicit values from HCL or flags, by HCL key.
+	Explicit map[string]Raw
+	// ExplicitFrom is FromHCL or FromFlag.
+	ExplicitFrom Source
+	// LookupEnv reads the environment; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Resolved is the outcome of Resolve: the options and where each came from.
+type Resolved struct {
+	Options Options
+	Origin  map[string]Source
+}
+
+// Resolve applies the precedence explicit > environment > default and
+// validates everything, reporting every bad value at once.
+func Resolve(in Input) (Resolved, error) {
+	lookup := in.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	for k := range in.Explicit {
+		if _, ok := Lookup(k); !ok {
+			return Resolved{}, fmt.Errorf("unknown setting %q", k)
+		}
+	}
+	res := Resolved{Origin: map[string]Source{}}
+	var errs []error
+	for i := range Table {
+		s := &Table[i]
+		raw, src := Scalar(s.Default), FromDefault
+		if s.Kind == List {
+			raw = Raw{}
+		}
+		// An empty variable counts as unset, as make passes `VAR ?=` through.
+		if ev, ok := lookup(s.Env); ok && strings.TrimSpace(ev) != "" {
+			raw, src = Scalar(ev), FromEnv
+		}
+		if r, ok := in.Explicit[s.Key]; ok {
+			raw, src = r, in.ExplicitFrom
+		}
+		v, err := s.parse(raw.Values, raw.IsList, src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.set(&res.Options, v)
+		res.Origin[s.Key] = src
+	}
+	errs = append(errs, res.Options.crossCheck(res.Origin)...)
+	if len(errs) > 0 {
+		return Resolved{}, &SettingsError{Errs: errs}
+	}
+	return res, nil
+}
+
+// crossCheck rejects combinations that no target can satisfy.
+func (o Options) crossCheck(origin map[string]Source) []error {
+	var errs []error
+	name := func(key string) string {
+		s, _ := Lookup(key)
+		return origin[key].Name(s)
+	}
+	if o.PassphraseEnv != "" && o.SigningKey == "" {
+		errs = append(errs, fmt.Errorf("%s=%s: needs local_repo_signing_key; the default ephemeral key has no passphrase",
+			name("local_repo_passphrase_env"), o.PassphraseEnv))
+	}
+	if o.ConfidentialCompute && o.KernelModules == ModulesProprietary {
+		errs = append(errs, fmt.Errorf("%s=yes with %s=proprietary: confidential computing needs the open kernel modules; allowed: open|auto",
+			name("nvidia_confidential_compute"), name("nvidia_kernel_modules")))
+	}
+	return errs
+}
+
+// SettingsError lists every rejected setting.
+type SettingsError struct{ Errs []error }
+
+func (e *SettingsError) Error() string {
+	msgs := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		msgs[i] = err.Error()
+	}
+	if len(msgs) == 1 {
+		return "invalid setting: " + msgs[0]
+	}
+	return fmt.Sprintf("%d invalid settings:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
+}
+
+func (e *SettingsError) Unwrap() []error { return e.Errs }
+
+// BindFlags adds a flag for every setting to fs. The returned function
+// collects the flags the user set, ready for Input.Explicit.
+func BindFlags(fs *pflag.FlagSet) func() map[string]Raw {
+	vals := map[string]*string{}
+	for i := range Table {
+		s := &Table[i]
+		usage := fmt.Sprintf("%s (env %s; default %s)", s.Help, s.Env, s.DefaultText())
+		if s.Kind == Bool || s.Kind == Enum {
+			usage = fmt.Sprintf("%s [%s] (env %s; default %s)", s.Help, strings.Join(s.Allowed, "|"), s.Env, s.DefaultText())
+		}
+		vals[s.Key] = fs.String(s.Flag, "", usage)
+		if s.Kind == Bool {
+			// --enable-nvidia-gpu alone means yes, as with a boolean flag.
+			fs.Lookup(s.Flag).NoOptDefVal = "yes"
+		}
+	}
+	return func() map[string]Raw {
+		out := map[string]Raw{}
+		for key, p := range vals {
+			s, _ := Lookup(key)
+			if fs.Changed(s.Flag) {
+				out[key] = Scalar(*p)
+			}
+		}
+		return out
+	}
+}
+
+// Keys lists the HCL keys in table order.
+func Keys() []string {
+	keys := make([]string, len(Table))
+	for i, s := range Table {
+		keys[i] = s.Key
+	}
+	return keys
+}

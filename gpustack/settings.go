@@ -1,0 +1,440 @@
+package gpustack
+
+//go:generate go run ./internal/gensettings -go settings_hcl.go -markdown ../docs/settings.md
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Settings
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Kind is the type of a setting's value.
+type Kind int
+
+const (
+	Bool   Kind = iota // yes|no|true|false|1|0, any case
+	String             // free text, checked by the setting's own check
+	Enum               // one of Allowed
+	List               // comma or whitespace separated in env and flags; a list in HCL
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Bool:
+		return "bool"
+	case Enum:
+		return "enum"
+	case List:
+		return "list"
+	default:
+		return "string"
+	}
+}
+
+// Setting is one row of the settings table. Every way in (HCL, environment,
+// flags), validation, --help and the docs' tables derive from these rows, so
+// they cannot drift.
+type Setting struct {
+	Key     string // HCL key and canonical name, e.g. enable_nvidia_gpu
+	Env     string // environment variable, e.g. ENABLE_NVIDIA_GPU
+	Flag    string // CLI flag without dashes, e.g. enable-nvidia-gpu
+	Kind    Kind
+	Default string   // textual default; "" where DefaultDoc explains it
+	Allowed []string // for Enum; for Bool the canonical yes/no
+	Section string
+	Help    string
+	// DefaultDoc replaces Default in docs when the default depends on the target.
+	DefaultDoc string
+	// Field is the name of the generated HCL config field.
+	Field string
+	// check validates a non-empty String or each List element. It returns
+	// a description of what is allowed, or "" when the value is fine.
+	check func(string) string
+	// set stores the parsed value into Options.
+	set func(o *Options, v value)
+}
+
+// value is a parsed setting value.
+type value struct {
+	s    string
+	b    bool
+	list []string
+}
+
+var boolWords = map[string]bool{
+	"yes": true, "true": true, "1": true, "on": true,
+	"no": false, "false": false, "0": false, "off": false,
+}
+
+// ParseBool accepts the spellings of yes and no the table allows.
+func ParseBool(s string) (bool, bool) {
+	b, ok := boolWords[strings.ToLower(strings.TrimSpace(s))]
+	return b, ok
+}
+
+var (
+	driverVersionRe = regexp.MustCompile(`^[0-9]{3,4}(\.[0-9]+){0,2}(-[0-9A-Za-z.+~]+)?$`)
+	debVersionRe    = regexp.MustCompile(`^([0-9]+:)?[0-9][0-9A-Za-z.+~-]*$`)
+	pkgNameRe       = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	pkgTemplateRe   = regexp.MustCompile(`^[a-z0-9{][a-z0-9+.{}-]+$`)
+	envNameRe       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	kernelRe        = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
+	urlRe           = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
+)
+
+func checkDriverVersion(s string) string {
+	if driverVersionRe.MatchString(s) {
+		return ""
+	}
+	return `a driver branch such as "550" or an exact version such as "550.163.01"`
+}
+
+func checkDebVersion(s string) string {
+	if debVersionRe.MatchString(s) {
+		return ""
+	}
+	return "a Debian package version such as 1.17.8-1"
+}
+
+func checkAbsPath(s string) string {
+	if path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`") {
+		return ""
+	}
+	return "an absolute, clean path other than / without spaces, quotes or $"
+}
+
+func checkHostPath(s string) string {
+	if !strings.ContainsAny(s, "\n\x00") {
+		return ""
+	}
+	return "a file path on the machine running the build"
+}
+
+func checkURL(s string) string {
+	if urlRe.MatchString(s) {
+		return ""
+	}
+	return "an https://, http:// or file:// URL"
+}
+
+func checkEnvName(s string) string {
+	if envNameRe.MatchString(s) {
+		return ""
+	}
+	return "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+}
+
+func checkPkgName(s string) string {
+	if pkgNameRe.MatchString(s) {
+		return ""
+	}
+	return "Debian package names (lowercase letters, digits, + - .)"
+}
+
+func checkPkgTemplate(s string) string {
+	if !pkgTemplateRe.MatchString(s) {
+		return "package name templates such as linux-headers-{kernel}"
+	}
+	rest := strings.ReplaceAll(s, "{kernel}", "")
+	if strings.ContainsAny(rest, "{}") {
+		return "package name templates whose only placeholder is {kernel}"
+	}
+	return ""
+}
+
+func checkKernels(s string) string {
+	if s == "newest" || s == "all" {
+		return ""
+	}
+	for _, k := range splitList(s) {
+		if !kernelRe.MatchString(k) {
+			return "newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64"
+		}
+	}
+	return ""
+}
+
+func checkEpoch(s string) string {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+		return ""
+	}
+	return "a non-negative integer of seconds since 1970-01-01 UTC"
+}
+
+// splitList splits env and flag list values on commas and whitespace.
+func splitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool {
+		return r == ',' || r == ' ' || r == '\t' || r == '\n'
+	})
+}
+
+// Table is the settings table, in the order the docs show it.
+var Table = []Setting{
+	// GPU stack.
+	{Key: "enable_nvidia_gpu", Env: "ENABLE_NVIDIA_GPU", Kind: Bool, Default: "yes", Section: "gpu",
+		Help: "Install the NVIDIA driver, container toolkit and guest hook.",
+		set:  func(o *Options, v value) { o.EnableGPU = v.b }},
+	{Key: "nvidia_driver_version", Env: "NVIDIA_DRIVER_VERSION", Kind: String, Section: "gpu",
+		DefaultDoc: "per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570",
+		Help:       `Driver branch ("550") or exact version ("550.163.01").`,
+		check:      checkDriverVersion,
+		set:        func(o *Options, v value) { o.DriverVersion = v.s }},
+	{Key: "nvidia_kernel_modules", Env: "NVIDIA_KERNEL_MODULES", Kind: Enum, Default: "auto", Section: "gpu",
+		Allowed: []string{"auto", "open", "proprietary"},
+		Help:    "Kernel module flavour; auto picks open where the branch ships open modules.",
+		set:     func(o *Options, v value) { o.KernelModules = ModuleFlavour(v.s) }},
+	{Key: "nvidia_driver_source", Env: "NVIDIA_DRIVER_SOURCE", Kind: Enum, Default: "distro", Section: "gpu",
+		Allowed: []string{"distro", "cuda-repo", "precompiled"},
+		Help:    "Where the driver comes from: the distro archive (DKMS), NVIDIA's CUDA apt repo (DKMS), or Ubuntu's precompiled signed modules.",
+		set:     func(o *Options, v value) { o.DriverSource = DriverSource(v.s) }},
+	{Key: "nvidia_cuda_repo_url", Env: "NVIDIA_CUDA_REPO_URL", Kind: String, Section: "gpu",
+		DefaultDoc: "NVIDIA's CUDA repository for the release and architecture",
+		Help:       "CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo or the fabric manager.",
+		check:      checkURL,
+		set:        func(o *Options, v value) { o.CUDARepoURL = v.s }},
+	{Key: "nvidia_cuda_repo_keyring", Env: "NVIDIA_CUDA_REPO_KEYRING", Kind: String, Section: "gpu",
+		DefaultDoc: "NVIDIA's key, fetched over https and checked against its pinned fingerprint",
+		Help:       "OpenPGP public key file (armored or binary) on the build host that signs the CUDA repository.",
+		check:      checkHostPath,
+		set:        func(o *Options, v value) { o.CUDARepoKeyring = v.s }},
+
+	// Container toolkit.
+	{Key: "nvidia_container_toolkit", Env: "NVIDIA_CONTAINER_TOOLKIT", Kind: Bool, Default: "yes", Section: "toolkit",
+		Help: "Install the NVIDIA container toolkit (only when the GPU stack is enabled).",
+		set:  func(o *Options, v value) { o.Toolkit = v.b }},
+	{Key: "nvidia_container_toolkit_version", Env: "NVIDIA_CONTAINER_TOOLKIT_VERSION", Kind: String, Section: "toolkit",
+		DefaultDoc: "newest in the repository",
+		Help:       "Pin the toolkit packages to this version (rendered as apt name=version).",
+		check:      checkDebVersion,
+		set:        func(o *Options, v value) { o.ToolkitVersion = v.s }},
+	{Key: "nvidia_container_toolkit_repo_url", Env: "NVIDIA_CONTAINER_TOOLKIT_REPO_URL", Kind: String, Section: "toolkit",
+		DefaultDoc: "NVIDIA's libnvidia-container stable repository for the architecture",
+		Help:       "Container toolkit apt repository (flat, Suites: /); a mirror for air-gapped builds.",
+		check:      checkURL,
+		set:        func(o *Options, v value) { o.ToolkitRepoURL = v.s }},
+	{Key: "nvidia_container_toolkit_repo_keyring", Env: "NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING", Kind: String, Section: "toolkit",
+		DefaultDoc: "NVIDIA's key, fetched over https and checked against its pinned fingerprint",
+		Help:       "OpenPGP public key file on the build host that signs the toolkit repository.",
+		check:      checkHostPath,
+		set:        func(o *Options, v value) { o.ToolkitRepoKeyring = v.s }},
+	{Key: "nvidia_hook_mode", Env: "NVIDIA_HOOK_MODE", Kind: Enum, Default: "oci-prestart", Section: "toolkit",
+		Allowed: []string{"oci-prestart", "cdi", "both"},
+		Help:    "How containers get the GPU: the kata guest OCI prestart hook, a CDI spec generated at boot, or both.",
+		set:     func(o *Options, v value) { o.HookMode = HookMode(v.s) }},
+
+	// Extras.
+	{Key: "nvidia_blacklist_nouveau", Env: "NVIDIA_BLACKLIST_NOUVEAU", Kind: Bool, Default: "yes", Section: "extras",
+		Help: "Blacklist nouveau and rebuild the initramfs.",
+		set:  func(o *Options, v value) { o.BlacklistNouveau = v.b }},
+	{Key: "nvidia_persistenced", Env: "NVIDIA_PERSISTENCED", Kind: Bool, Default: "yes", Section: "extras",
+		Help: "Install and enable nvidia-persistenced.",
+		set:  func(o *Options, v value) { o.Persistenced = v.b }},
+	{Key: "nvidia_fabric_manager", Env: "NVIDIA_FABRIC_MANAGER", Kind: Bool, Default: "no", Section: "extras",
+		Help: "Install and enable the fabric manager (NVSwitch systems).",
+		set:  func(o *Options, v value) { o.FabricManager = v.b }},
+	{Key: "nvidia_confidential_compute", Env: "NVIDIA_CONFIDENTIAL_COMPUTE", Kind: Bool, Default: "no", Section: "extras",
+		Help: "Confidential-computing guest: open modules required, GPU set ready at boot.",
+		set:  func(o *Options, v value) { o.ConfidentialCompute = v.b }},
+	{Key: "nvidia_gate_on_pci", Env: "NVIDIA_GATE_ON_PCI", Kind: Bool, Default: "yes", Section: "extras",
+		Help: "Start GPU-only units only when an NVIDIA PCI device (vendor 10de) is present, so one image serves GPU and non-GPU VMs.",
+		set:  func(o *Options, v value) { o.GateOnPCI = v.b }},
+	{Key: "kernels", Env: "PODVM_KERNELS", Kind: String, Default: "newest", Section: "gpu",
+		Help:  "Image kernels to build modules and bake packages for: newest, all, or a list of versions.",
+		check: checkKernels,
+		set:   func(o *Options, v value) { o.Kernels = v.s }},
+
+	// Local repository.
+	{Key: "local_repo", Env: "LOCAL_REPO", Kind: Enum, Default: "auto", Section: "repo",
+		Allowed: []string{"auto", "yes", "no"},
+		Help:    "Bake the signed node-local apt repository; auto follows enable_nvidia_gpu.",
+		set:     func(o *Options, v value) { o.LocalRepo = v.s }},
+	{Key: "local_repo_path", Env: "LOCAL_REPO_PATH", Kind: String, Default: "/opt/local-packages", Section: "repo",
+		Help:  "Directory of the repository in the image.",
+		check: checkAbsPath,
+		set:   func(o *Options, v value) { o.RepoPath = v.s }},
+	{Key: "local_repo_packages", Env: "LOCAL_REPO_PACKAGES", Kind: List, Section: "repo",
+		DefaultDoc: "Debian: linux-headers-{kernel}, linux-image-{kernel}; Ubuntu: also linux-modules-{kernel}",
+		Help:       "Package name templates baked for each targeted kernel; {kernel} is the kernel version.",
+		check:      checkPkgTemplate,
+		set:        func(o *Options, v value) { o.RepoPackages = v.list }},
+	{Key: "local_repo_closure", Env: "LOCAL_REPO_CLOSURE", Kind: Enum, Default: "full", Section: "repo",
+		Allowed: []string{"full", "none"},
+		Help:    "full: every dependency a minimal consumer needs (resolved against an empty dpkg status); none: the named packages only.",
+		set:     func(o *Options, v value) { o.RepoClosure = v.s }},
+	{Key: "local_repo_extra_packages", Env: "LOCAL_REPO_EXTRA_PACKAGES", Kind: List, Section: "repo",
+		Help:  "More packages to bake into the repository.",
+		check: checkPkgName,
+		set:   func(o *Options, v value) { o.RepoExtraPackages = v.list }},
+	{Key: "local_repo_signing_key", Env: "LOCAL_REPO_SIGNING_KEY", Kind: String, Section: "repo",
+		DefaultDoc: "a fresh Ed25519 key per build whose private half is discarded",
+		Help:       "Armored OpenPGP private key file on the build host that signs the repository.",
+		check:      checkHostPath,
+		set:        func(o *Options, v value) { o.SigningKey = v.s }},
+	{Key: "local_repo_passphrase_env", Env: "LOCAL_REPO_PASSPHRASE_ENV", Kind: String, Section: "repo",
+		Help:  "Name of the environment variable that holds the signing key's passphrase.",
+		check: checkEnvName,
+		set:   func(o *Options, v value) { o.PassphraseEnv = v.s }},
+	{Key: "local_repo_keyring", Env: "LOCAL_REPO_KEYRING", Kind: String, Default: "/usr/share/keyrings/podvm-local-packages.gpg", Section: "repo",
+		Help:  "Path in the image of the repository's public keyring (binary).",
+		check: checkAbsPath,
+		set:   func(o *Options, v value) { o.RepoKeyring = v.s }},
+	{Key: "local_repo_sources_file", Env: "LOCAL_REPO_SOURCES_FILE", Kind: Bool, Default: "no", Section: "repo",
+		Help: "Also enable the repository in the image's own apt sources.",
+		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
+	{Key: "output_dir", Env: "PODVM_OUTPUT_DIR", Kind: String, Default: "podvm-artifacts", Section: "repo",
+		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json.",
+		check: checkHostPath,
+		set:   func(o *Options, v value) { o.OutputDir = v.s }},
+
+	// Build behaviour.
+	{Key: "verify", Env: "PODVM_VERIFY", Kind: Bool, Default: "yes", Section: "build",
+		Help: "Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository.",
+		set:  func(o *Options, v value) { o.Verify = v.b }},
+	{Key: "source_date_epoch", Env: "SOURCE_DATE_EPOCH", Kind: String, Section: "build",
+		DefaultDoc: "now",
+		Help:       "Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds.",
+		check:      checkEpoch,
+		set: func(o *Options, v value) {
+			o.SourceDateEpoch = -1
+			if v.s != "" {
+				n, _ := strconv.ParseInt(v.s, 10, 64)
+				o.SourceDateEpoch = n
+			}
+		}},
+}
+
+func init() {
+	for i := range Table {
+		s := &Table[i]
+		if s.Flag == "" {
+			s.Flag = strings.ReplaceAll(s.Key, "_", "-")
+		}
+		if s.Field == "" {
+			s.Field = fieldName(s.Key)
+		}
+		if s.Kind == Bool {
+			s.Allowed = []string{"yes", "no"}
+		}
+	}
+}
+
+// fieldName turns an HCL key into an exported Go identifier.
+func fieldName(key string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(key, "_") {
+		switch part {
+		case "nvidia":
+			b.WriteString("Nvidia")
+		case "gpu", "pci", "cuda", "url":
+			b.WriteString(strings.ToUpper(part))
+		default:
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return b.String()
+}
+
+// Lookup returns the setting with the given HCL key.
+func Lookup(key string) (*Setting, bool) {
+	for i := range Table {
+		if Table[i].Key == key {
+			return &Table[i], true
+		}
+	}
+	return nil, false
+}
+
+// AllowedText describes what a setting accepts, for errors and docs.
+func (s *Setting) AllowedText() string {
+	switch s.Kind {
+	case Bool:
+		return "yes|no|true|false|1|0 (any case)"
+	case Enum:
+		return strings.Join(s.Allowed, "|")
+	}
+	if s.check != nil {
+		return s.check("\x00")
+	}
+	return "any text"
+}
+
+// DefaultText is the default as the docs show it.
+func (s *Setting) DefaultText() string {
+	if s.DefaultDoc != "" {
+		return s.DefaultDoc
+	}
+	if s.Default == "" {
+		return "(none)"
+	}
+	return s.Default
+}
+
+// parse validates raw input for the setting; from says where it came from,
+// so the error names it the way the user wrote it.
+func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
+	bad := func(v, allowed string) error {
+		return &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
+	}
+	if s.Kind == List {
+		var items []string
+		if isList {
+			for _, r := range raw {
+				items = append(items, strings.TrimSpace(r))
+			}
+		} else if len(raw) > 0 {
+			items = splitList(raw[0])
+		}
+		for _, it := range items {
+			if it == "" || (s.check != nil && s.check(it) != "") {
+				return value{}, bad(it, s.AllowedText())
+			}
+		}
+		return value{list: items}, nil
+	}
+	if isList || len(raw) != 1 {
+		return value{}, bad(strings.Join(raw, ","), "a single value: "+s.AllowedText())
+	}
+	v := strings.TrimSpace(raw[0])
+	switch s.Kind {
+	case Bool:
+		b, ok := ParseBool(v)
+		if !ok {
+			return value{}, bad(raw[0], s.AllowedText())
+		}
+		return value{b: b, s: v}, nil
+	case Enum:
+		lv := strings.ToLower(v)
+		for _, a := range s.Allowed {
+			if lv == a {
+				return value{s: a}, nil
+			}
+		}
+		return value{}, bad(raw[0], s.AllowedText())
+	}
+	if v == "" && s.Default != "" {
+		return value{}, bad(raw[0], s.AllowedText())
+	}
+	if v != "" && s.check != nil {
+		if allowed := s.check(v); allowed != "" {
+			return value{}, bad(raw[0], allowed)
+		}
+	}
+	return value{s: v}, nil
+}
+
+// ValueError is a rejected setting value. Its message names the setting the
+// way the user wrote it (HCL key, environment variable or flag), the value
+// and what is allowed.
+type ValueError struct {
+	Setting *Setting
+	From    Source
+	Value   string
+	Allowed string
+}
+
+func (e *ValueError) Error() string {
+	return fmt.Sprintf("%s: invalid value %q; allowed: %s", e.From.Name(e.Setting), e.Value, e.Allowed)
+}
