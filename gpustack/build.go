@@ -1,0 +1,404 @@
+package gpustack
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// release is what the plan knows about one distro release.
+type release struct {
+	distro, version, codename string
+	family                    family
+	defaultBranch             string
+	// cudaDir names the release in NVIDIA's CUDA repository paths.
+	cudaDir string
+	// cudaKey is the signing key file in that repository and its fingerprint.
+	cudaKey, cudaFingerprint string
+}
+
+func (r release) name() string { return r.distro + " " + r.version }
+
+// family holds the package knowledge of a distro family. Implementations
+// live in one file each (debian.go, ubuntu.go).
+type family interface {
+	archiveComponents() []string
+	archiveKeyring() string
+	headers(kernel string) string
+	repoTemplates() []string
+	hasOpen(r release, branch string) bool
+	// driver returns the packages that install the driver and whether its
+	// modules are built with DKMS.
+	driver(r release, d Driver, kernels []string) (pkgs []string, dkms bool, err error)
+	modules(d Driver) []string
+	// pinPackages are the packages an exact driver version pins.
+	pinPackages(d Driver) []string
+	persistenced(d Driver) []string
+	fabricManager(d Driver) ([]string, error)
+}
+
+// releases is keyed by "<distro>-<version>"; the family files fill it.
+var releases = map[string]release{}
+
+func supported() string {
+	var names []string
+	for _, r := range releases {
+		names = append(names, r.name())
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+const (
+	cudaRepoBase       = "https://developer.download.nvidia.com/compute/cuda/repos"
+	toolkitRepoBase    = "https://nvidia.github.io/libnvidia-container/stable/deb"
+	toolkitKeyURL      = "https://nvidia.github.io/libnvidia-container/gpgkey"
+	toolkitFingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+	// The repository keyrings the plan installs in the image.
+	cudaKeyring    = "/usr/share/keyrings/podvm-nvidia-cuda.gpg"
+	toolkitKeyring = "/usr/share/keyrings/podvm-nvidia-container-toolkit.gpg"
+
+	hookPath       = "/usr/share/oci/hooks/prestart/nvidia-container-toolkit.sh"
+	toolkitConfig  = "/etc/nvidia-container-runtime/config.toml"
+	gateScript     = "/usr/libexec/podvm-gpu/has-nvidia-gpu"
+	cdiUnit        = "nvidia-cdi-generate.service"
+	ccUnit         = "nvidia-cc-ready.service"
+	persistUnit    = "nvidia-persistenced.service"
+	fabricUnit     = "nvidia-fabricmanager.service"
+	nouveauConf    = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
+	toolkitPackage = "nvidia-container-toolkit"
+)
+
+// HookPath is where the kata guest prestart hook goes.
+const HookPath = hookPath
+
+// NewPlan turns validated options and the image's facts into a Plan. It does
+// no I/O. Combinations the target cannot satisfy are errors naming the
+// settings involved.
+func NewPlan(o Options, t Target) (*Plan, error) {
+	p := &Plan{Target: t, Options: o}
+	if !o.EnableGPU && !o.RepoEnabled() {
+		p.Notes = append(p.Notes, "nothing to do: enable_nvidia_gpu is no and local_repo is off")
+		return p, nil
+	}
+	r, ok := releases[t.Distro+"-"+t.Version]
+	if !ok {
+		return nil, fmt.Errorf("unsupported target %s %s (%s); supported: %s", t.Distro, t.Version, t.Codename, supported())
+	}
+	switch t.Arch {
+	case "amd64", "arm64":
+	default:
+		return nil, fmt.Errorf("unsupported architecture %q; supported: amd64, arm64", t.Arch)
+	}
+	kernels, err := selectKernels(o.Kernels, t.Kernels)
+	if err != nil {
+		return nil, err
+	}
+	p.Kernels = kernels
+	f := r.family
+
+	var errs []error
+	if o.EnableGPU {
+		d, err := resolveDriver(o, r)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			p.Driver = d
+			if err := gpuSteps(p, r, f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	} else {
+		p.Notes = append(p.Notes, "GPU stack off (enable_nvidia_gpu=no); baking the local repository only")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if o.RepoEnabled() {
+		templates := o.RepoPackages
+		if templates == nil {
+			templates = f.repoTemplates()
+		}
+		bake := BakeRepo{
+			Dir:         o.RepoPath,
+			Kernels:     kernels,
+			Packages:    expand(append(slices.Clone(templates), o.RepoExtraPackages...), kernels),
+			Closure:     o.RepoClosure == "full",
+			Keyring:     o.RepoKeyring,
+			SourcesFile: o.RepoSourcesFile,
+			SigningKey:  o.SigningKey,
+			Passphrase:  o.PassphraseEnv,
+			OutputDir:   o.OutputDir,
+		}
+		if !o.EnableGPU {
+			p.add("apt-update", "Refreshing package lists", AptUpdate{})
+		}
+		p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
+	}
+	if o.Verify {
+		var checks []Action
+		if o.EnableGPU {
+			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules})
+			if o.Toolkit && o.HookMode != HookCDI {
+				checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
+			}
+		}
+		if o.RepoEnabled() {
+			var headers []string
+			for _, k := range kernels {
+				headers = append(headers, f.headers(k))
+			}
+			checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers})
+		}
+		p.add("verify", "Verifying the image", checks...)
+	}
+	return p, nil
+}
+
+func (p *Plan) add(id, title string, actions ...Action) {
+	p.Steps = append(p.Steps, Step{ID: id, Title: title, Actions: actions})
+}
+
+func selectKernels(spec string, have []string) ([]string, error) {
+	if len(have) == 0 {
+		return nil, errors.New("no kernel in the image (looked for /usr/lib/modules/<version> with a matching /boot/vmlinuz-<version>); install one before this step (e.g. linux-image-amd64 or linux-image-generic)")
+	}
+	ks := slices.Clone(have)
+	SortKernels(ks)
+	switch spec {
+	case "", "newest":
+		return ks[len(ks)-1:], nil
+	case "all":
+		return ks, nil
+	}
+	var out []string
+	for _, k := range splitList(spec) {
+		if !slices.Contains(ks, k) {
+			return nil, fmt.Errorf("kernels: %q is not installed in the image; installed: %s", k, strings.Join(ks, ", "))
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	SortKernels(out)
+	return out, nil
+}
+
+func resolveDriver(o Options, r release) (Driver, error) {
+	d := Driver{Source: o.DriverSource, Branch: r.defaultBranch}
+	if v := o.DriverVersion; v != "" {
+		branch, _, _ := strings.Cut(v, ".")
+		d.Branch = branch
+		if strings.Contains(v, ".") {
+			d.Version = v
+		}
+	}
+	branchNum, _ := strconv.Atoi(d.Branch)
+	open := r.family.hasOpen(r, d.Branch)
+	switch o.KernelModules {
+	case ModulesOpen:
+		if !open {
+			return d, fmt.Errorf("nvidia_kernel_modules=open: branch %s on %s has no open kernel modules (open modules start at 515); allowed: proprietary", d.Branch, r.name())
+		}
+		d.Flavour = ModulesOpen
+	case ModulesProprietary:
+		d.Flavour = ModulesProprietary
+	default:
+		d.Flavour = ModulesProprietary
+		if open {
+			d.Flavour = ModulesOpen
+		}
+	}
+	if o.ConfidentialCompute && d.Flavour != ModulesOpen {
+		return d, fmt.Errorf("nvidia_confidential_compute=yes: needs open kernel modules, which branch %s on %s does not ship", d.Branch, r.name())
+	}
+	if branchNum < 450 {
+		return d, fmt.Errorf("nvidia_driver_version=%s: branch %s is too old; allowed: 450 or newer", o.DriverVersion, d.Branch)
+	}
+	d.Modules = r.family.modules(d)
+	return d, nil
+}
+
+func gpuSteps(p *Plan, r release, f family) error {
+	o, d, ks := p.Options, p.Driver, p.Kernels
+	pkgs, dkms, err := f.driver(r, d, ks)
+	if err != nil {
+		return err
+	}
+	var persist []string
+	if o.Persistenced {
+		persist = f.persistenced(d)
+	}
+	var fabric []string
+	if o.FabricManager {
+		if fabric, err = f.fabricManager(d); err != nil {
+			return err
+		}
+	}
+
+	// Sources first, so a single apt-get update sees all of them.
+	p.add("apt-components", "Enabling "+strings.Join(f.archiveComponents(), ", ")+" in the image's "+r.distro+" archive",
+		AptComponents{Components: f.archiveComponents(), Keyring: f.archiveKeyring()})
+	if d.Source == SourceCUDARepo {
+		url := o.CUDARepoURL
+		if url == "" {
+			url = fmt.Sprintf("%s/%s/%s/", cudaRepoBase, r.cudaDir, cudaArch(p.Target.Arch))
+		}
+		src := AptSource{Name: "podvm-nvidia-cuda", URI: url, Suites: []string{"/"}, Arch: p.Target.Arch, Keyring: cudaKeyring,
+			Key: repoKey(o.CUDARepoKeyring, strings.TrimSuffix(url, "/")+"/"+r.cudaKey, r.cudaFingerprint)}
+		// The CUDA repository carries every branch; the pin keeps apt on ours.
+		pin := AptPin{Name: "podvm-nvidia-driver", Packages: f.pinPackages(d), Version: d.Branch + ".*", Priority: 1001}
+		if d.Version != "" {
+			pin.Version = pinVersion(d.Version)
+		}
+		p.add("cuda-repo", "Adding NVIDIA's CUDA repository for driver branch "+d.Branch, src, pin)
+	} else if d.Version != "" {
+		p.add("driver-pin", "Pinning the NVIDIA driver to "+d.Version,
+			AptPin{Name: "podvm-nvidia-driver", Packages: f.pinPackages(d), Version: pinVersion(d.Version), Priority: 1001})
+	}
+	if o.Toolkit {
+		url := o.ToolkitRepoURL
+		if url == "" {
+			url = toolkitRepoBase + "/" + p.Target.Arch
+		}
+		actions := []Action{AptSource{Name: "podvm-nvidia-container-toolkit", URI: url, Suites: []string{"/"}, Arch: p.Target.Arch,
+			Keyring: toolkitKeyring, Key: repoKey(o.ToolkitRepoKeyring, toolkitKeyURL, toolkitFingerprint)}}
+		if o.ToolkitRepoURL != "" && o.ToolkitRepoKeyring == "" {
+			// A mirror keeps NVIDIA's signatures; its key is still NVIDIA's.
+			actions[0] = withKeyURL(actions[0].(AptSource), toolkitKeyURL)
+		}
+		p.add("toolkit-repo", "Adding the NVIDIA container toolkit repository", actions...)
+	}
+	p.add("apt-update", "Refreshing package lists", AptUpdate{})
+
+	if dkms {
+		var headers []string
+		for _, k := range ks {
+			headers = append(headers, f.headers(k))
+		}
+		p.add("kernel-headers", "Installing kernel headers for "+kernelRange(ks), Install{Packages: headers, NoRecommends: true})
+	}
+	p.add("driver", fmt.Sprintf("Installing NVIDIA driver %s (%s) for %s", orBranch(d), d.Flavour, kernelRange(ks)),
+		Install{Packages: pkgs, NoRecommends: true})
+	if dkms {
+		p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
+			BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
+	} else {
+		p.add("modules", "Checking the precompiled NVIDIA modules for "+kernelRange(ks),
+			CheckModules{Kernels: ks, Modules: d.Modules})
+	}
+
+	var gpuUnits []string
+	if o.Persistenced {
+		var acts []Action
+		if len(persist) > 0 {
+			acts = append(acts, Install{Packages: persist, NoRecommends: true})
+		}
+		acts = append(acts, EnableUnits{Units: []string{persistUnit}})
+		p.add("persistenced", "Enabling nvidia-persistenced", acts...)
+		gpuUnits = append(gpuUnits, persistUnit)
+	}
+	if o.FabricManager {
+		p.add("fabric-manager", "Installing the NVIDIA fabric manager",
+			Install{Packages: fabric, NoRecommends: true}, EnableUnits{Units: []string{fabricUnit}})
+		gpuUnits = append(gpuUnits, fabricUnit)
+	}
+	if o.Toolkit {
+		names := []string{toolkitPackage, "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
+		for i := range names {
+			if o.ToolkitVersion != "" {
+				names[i] += "=" + o.ToolkitVersion
+			}
+		}
+		p.add("toolkit", "Installing the NVIDIA container toolkit "+orNewest(o.ToolkitVersion),
+			Install{Packages: names, NoRecommends: true},
+			ToolkitConfig{Path: toolkitConfig, Settings: []KV{
+				// A kata guest has no cgroup manager of its own for the
+				// container and its rootfs is not pivot-able.
+				{"nvidia-container-cli.no-cgroups", "true"},
+				{"nvidia-container-cli.no-pivot", "true"},
+				{"disable-require", "true"},
+				{"nvidia-container-cli.debug", "/var/log/nvidia-container-toolkit.log"},
+				{"nvidia-container-runtime.debug", "/var/log/nvidia-container-runtime.log"},
+			}})
+		if o.HookMode != HookCDI {
+			p.add("hook", "Installing the kata guest prestart hook",
+				WriteFile{Path: hookPath, Mode: modeScript, Owner: "root:root", Content: hookScript})
+		}
+		if o.HookMode != HookOCIPrestart {
+			p.add("cdi", "Installing the CDI spec service",
+				WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService},
+				EnableUnits{Units: []string{cdiUnit}})
+			gpuUnits = append(gpuUnits, cdiUnit)
+		}
+	}
+	if o.ConfidentialCompute {
+		p.add("confidential-compute", "Setting the GPU ready for confidential computing at boot",
+			WriteFile{Path: "/etc/systemd/system/" + ccUnit, Mode: modeFile, Owner: "root:root", Content: ccService},
+			EnableUnits{Units: []string{ccUnit}})
+		gpuUnits = append(gpuUnits, ccUnit)
+	}
+	if o.BlacklistNouveau {
+		p.add("nouveau", "Blacklisting nouveau",
+			WriteFile{Path: nouveauConf, Mode: modeFile, Owner: "root:root", Content: nouveauBlacklist},
+			UpdateInitramfs{Kernels: ks})
+	}
+	if o.GateOnPCI && len(gpuUnits) > 0 {
+		acts := []Action{WriteFile{Path: gateScript, Mode: modeScript, Owner: "root:root", Content: gateScriptText}}
+		for _, u := range gpuUnits {
+			acts = append(acts, WriteFile{Path: "/etc/systemd/system/" + u + ".d/podvm-gpu-gate.conf", Mode: modeFile, Owner: "root:root",
+				Content: "# Start only where an NVIDIA GPU (PCI vendor 10de) is present.\n[Service]\nExecCondition=" + gateScript + "\n"})
+		}
+		p.add("gpu-gate", "Gating GPU units on an NVIDIA PCI device", acts...)
+	}
+	return nil
+}
+
+func branchAtLeast(branch string, n int) bool {
+	b, err := strconv.Atoi(branch)
+	return err == nil && b >= n
+}
+
+func repoKey(file, url, fingerprint string) Key {
+	if file != "" {
+		return Key{File: file}
+	}
+	return Key{URL: url, Fingerprints: []string{fingerprint}}
+}
+
+func withKeyURL(a AptSource, url string) AptSource {
+	a.Key.URL = url
+	return a
+}
+
+func cudaArch(arch string) string {
+	if arch == "arm64" {
+		return "sbsa"
+	}
+	return "x86_64"
+}
+
+// pinVersion turns an exact upstream version into an apt pin pattern that
+// matches any packaging revision of it.
+func pinVersion(v string) string {
+	if strings.Contains(v, "-") {
+		return v
+	}
+	return v + "-*"
+}
+
+func orBranch(d Driver) string {
+	if d.Version != "" {
+		return d.Version
+	}
+	return d.Branch
+}
+
+func orNewest(v string) string {
+	if v == "" {
+		return "(newest)"
+	}
+	return v
+}

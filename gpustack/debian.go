@@ -1,0 +1,78 @@
+package gpustack
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Debian: the driver comes from non-free (DKMS; open modules from contrib)
+// or NVIDIA's CUDA repository. Debian's packaging renames the module
+// nvidia-current so several branches can coexist.
+type debian struct{}
+
+func init() {
+	releases["debian-12"] = release{distro: "debian", version: "12", codename: "bookworm", family: debian{},
+		defaultBranch: "535", cudaDir: "debian12", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
+	releases["debian-13"] = release{distro: "debian", version: "13", codename: "trixie", family: debian{},
+		defaultBranch: "550", cudaDir: "debian13", cudaKey: "8793F200.pub", cudaFingerprint: "02182E60104FCDC26EAE1B8597A5D4CB8793F200"}
+}
+
+func (debian) archiveComponents() []string {
+	return []string{"contrib", "non-free", "non-free-firmware"}
+}
+
+func (debian) archiveKeyring() string { return "/usr/share/keyrings/debian-archive-keyring.gpg" }
+
+func (debian) headers(k string) string { return "linux-headers-" + k }
+
+// Debian has no linux-modules package: the modules ship in linux-image.
+func (debian) repoTemplates() []string {
+	return []string{"linux-headers-{kernel}", "linux-image-{kernel}"}
+}
+
+func (debian) hasOpen(r release, branch string) bool { return branchAtLeast(branch, 515) }
+
+func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, error) {
+	switch d.Source {
+	case SourcePrecompiled:
+		return nil, false, errors.New("nvidia_driver_source=precompiled: Debian has no precompiled NVIDIA modules; allowed: distro|cuda-repo")
+	case SourceCUDARepo:
+		if d.Flavour == ModulesOpen {
+			return []string{"nvidia-open"}, true, nil
+		}
+		return []string{"cuda-drivers"}, true, nil
+	}
+	if d.Branch != r.defaultBranch {
+		return nil, false, fmt.Errorf("nvidia_driver_version=%s: %s's archive ships driver branch %s only; allowed: %s or an exact %s.x version, or nvidia_driver_source=cuda-repo for other branches",
+			orBranch(d), r.name(), r.defaultBranch, r.defaultBranch, r.defaultBranch)
+	}
+	// Headless compute stack: no X driver, which nvidia-driver would pull.
+	dkms := "nvidia-kernel-dkms"
+	if d.Flavour == ModulesOpen {
+		dkms = "nvidia-open-kernel-dkms"
+	}
+	return []string{dkms, "nvidia-smi", "libcuda1", "libnvidia-ml1"}, true, nil
+}
+
+func (debian) modules(d Driver) []string {
+	if d.Source == SourceCUDARepo {
+		return []string{"nvidia"}
+	}
+	return []string{"nvidia-current"}
+}
+
+func (debian) pinPackages(d Driver) []string {
+	if d.Source == SourceCUDARepo {
+		return []string{"*nvidia*", "cuda-drivers*", "libcuda*", "libxnvctrl*"}
+	}
+	return []string{"*nvidia*", "libcuda*", "firmware-nvidia-gsp"}
+}
+
+func (debian) persistenced(d Driver) []string { return []string{"nvidia-persistenced"} }
+
+func (debian) fabricManager(d Driver) ([]string, error) {
+	if d.Source != SourceCUDARepo {
+		return nil, errors.New("nvidia_fabric_manager=yes: Debian's archive has no fabric manager; set nvidia_driver_source=cuda-repo")
+	}
+	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
+}

@@ -1,0 +1,58 @@
+package gpustack
+
+// Contents of the files the plan writes into the image. They are the same
+// for every distro, so both back ends write the same bytes.
+
+// hookScript is the kata guest OCI prestart hook. kata-agent runs it with
+// the container state on stdin; the toolkit hook injects the GPU.
+const hookScript = `#!/bin/sh
+# OCI prestart hook run by kata-agent in the guest: lets the NVIDIA
+# container toolkit inject the GPU into the container. Installed by podvm-gpu.
+set -eu
+exec /usr/bin/nvidia-container-toolkit -debug "$@" >>/var/log/nvidia-hook.log 2>&1
+`
+
+const cdiService = `[Unit]
+Description=Generate the NVIDIA CDI specification
+Documentation=https://github.com/NVIDIA/nvidia-container-toolkit
+# kata-agent reads the spec when it creates GPU containers.
+Before=kata-agent.service
+After=systemd-modules-load.service nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+
+[Install]
+WantedBy=multi-user.target
+`
+
+const ccService = `[Unit]
+Description=Set the NVIDIA GPU ready for confidential computing
+Before=kata-agent.service
+After=nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/nvidia-smi conf-compute -srs 1
+
+[Install]
+WantedBy=multi-user.target
+`
+
+const nouveauBlacklist = `# The NVIDIA driver needs the GPU; nouveau must not bind it first.
+blacklist nouveau
+options nouveau modeset=0
+`
+
+const gateScriptText = `#!/bin/sh
+# Exit 0 when an NVIDIA PCI device (vendor 0x10de) is present, 1 otherwise.
+# GPU units use it as ExecCondition, so one image serves GPU and non-GPU VMs.
+for f in /sys/bus/pci/devices/*/vendor; do
+	[ -r "$f" ] || continue
+	[ "$(cat "$f")" = 0x10de ] && exit 0
+done
+exit 1
+`

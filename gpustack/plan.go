@@ -1,0 +1,354 @@
+package gpustack
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// Plan is the ordered, declarative list of steps that makes an image
+// GPU-ready. It is pure data: the Packer provisioner executes it through a
+// communicator, the mkosi generator renders it as files.
+type Plan struct {
+	Target  Target
+	Options Options
+	// Kernels are the image kernels the plan targets, oldest first.
+	Kernels []string
+	// Driver is what the plan resolved about the driver; zero when the GPU
+	// stack is off.
+	Driver Driver
+	Steps  []Step
+	// Notes say what the plan decided and why, for the build log.
+	Notes []string
+}
+
+// Driver is the resolved driver choice.
+type Driver struct {
+	Branch  string // "550"
+	Version string // exact version when pinned, else ""
+	Flavour ModuleFlavour
+	Source  DriverSource
+	// Modules are the module names a successful install provides for each
+	// targeted kernel (checked with modinfo -k).
+	Modules []string
+}
+
+// Step is one titled unit of work; a back end shows it as [i/n] Title.
+type Step struct {
+	ID      string
+	Title   string
+	Actions []Action
+}
+
+// Action is one typed thing to do. The set is closed: back ends switch on
+// the concrete type.
+type Action interface {
+	describe() string
+}
+
+// Key is where an apt repository's signing key comes from.
+type Key struct {
+	// File is a key file on the build host (armored or binary), trusted as is.
+	File string
+	// URL is fetched over https when File is empty; its primary key must
+	// have one of Fingerprints.
+	URL          string
+	Fingerprints []string
+	// InImage names a keyring the image already has (the distro's own).
+	InImage bool
+}
+
+// AptComponents enables more components of the image's own distro archive
+// (Debian's non-free, Ubuntu's restricted) for the image's suites.
+type AptComponents struct {
+	Components []string
+	// Keyring is the distro archive keyring already in the image.
+	Keyring string
+}
+
+// AptSource adds a deb822 source and its keyring (installed at Keyring).
+type AptSource struct {
+	Name       string // file stem: /etc/apt/sources.list.d/<Name>.sources
+	URI        string
+	Suites     []string
+	Components []string // empty for flat repositories
+	Arch       string
+	Keyring    string // path in the image, referenced by Signed-By
+	Key        Key
+}
+
+// SourcesPath is where the source file goes in the image.
+func (a AptSource) SourcesPath() string { return "/etc/apt/sources.list.d/" + a.Name + ".sources" }
+
+// Deb822 renders the source entry.
+func (a AptSource) Deb822() string {
+	var b strings.Builder
+	b.WriteString("Types: deb\n")
+	fmt.Fprintf(&b, "URIs: %s\n", a.URI)
+	fmt.Fprintf(&b, "Suites: %s\n", strings.Join(a.Suites, " "))
+	if len(a.Components) > 0 {
+		fmt.Fprintf(&b, "Components: %s\n", strings.Join(a.Components, " "))
+	}
+	if a.Arch != "" {
+		fmt.Fprintf(&b, "Architectures: %s\n", a.Arch)
+	}
+	fmt.Fprintf(&b, "Signed-By: %s\n", a.Keyring)
+	return b.String()
+}
+
+// AptPin writes an apt preferences file.
+type AptPin struct {
+	Name     string   // /etc/apt/preferences.d/<Name>
+	Packages []string // names or globs
+	Version  string   // apt pin version pattern, e.g. 550.163.01-*
+	Priority int
+}
+
+// Path is the preferences file in the image.
+func (a AptPin) Path() string { return "/etc/apt/preferences.d/" + a.Name }
+
+// Preferences renders the preferences file.
+func (a AptPin) Preferences() string {
+	return fmt.Sprintf("Package: %s\nPin: version %s\nPin-Priority: %d\n", strings.Join(a.Packages, " "), a.Version, a.Priority)
+}
+
+// AptUpdate refreshes the package lists.
+type AptUpdate struct{}
+
+// Install installs packages noninteractively. Each entry is a name or
+// name=version.
+type Install struct {
+	Packages     []string
+	NoRecommends bool
+}
+
+// WriteFile writes a file with a deliberate owner and mode.
+type WriteFile struct {
+	Path    string
+	Mode    fs.FileMode
+	Owner   string // user:group
+	Content string
+}
+
+// EnableUnits enables systemd units.
+type EnableUnits struct{ Units []string }
+
+// BuildModules builds out-of-tree modules for each kernel with DKMS.
+type BuildModules struct{ Kernels []string }
+
+// CheckModules asserts that each module exists for each kernel.
+type CheckModules struct {
+	Kernels []string
+	Modules []string
+}
+
+// UpdateInitramfs regenerates the initramfs of each kernel, where the image
+// has an initramfs generator.
+type UpdateInitramfs struct{ Kernels []string }
+
+// ToolkitConfig sets keys in the container toolkit's TOML config with the
+// toolkit's own editor (nvidia-ctk config), never by text substitution.
+type ToolkitConfig struct {
+	Path     string
+	Settings []KV
+}
+
+// KV is one key=value setting.
+type KV struct{ Key, Value string }
+
+// BakeRepo downloads Packages (and, with Closure, their dependency closure
+// for a consumer with an empty dpkg status) into Dir in the image, indexes
+// and signs them on the build host, and writes the public keyring to Keyring.
+type BakeRepo struct {
+	Dir         string
+	Kernels     []string
+	Packages    []string
+	Closure     bool
+	Keyring     string
+	SourcesFile bool // also write SourcesPath in the image
+	SigningKey  string
+	Passphrase  string // environment variable name
+	OutputDir   string // host-side artifacts
+}
+
+// SourcesPath is the in-image sources file when SourcesFile is set.
+func (b BakeRepo) SourcesPath() string { return "/etc/apt/sources.list.d/local-packages.sources" }
+
+// Source is the deb822 entry for the baked repository with a keyring path.
+func (b BakeRepo) Source() AptSource {
+	return AptSource{Name: "local-packages", URI: "file://" + b.Dir, Suites: []string{"./"}, Keyring: b.Keyring}
+}
+
+// VerifyRepo runs an offline apt self-test with the baked repository as its
+// only source: update, then simulate installing Packages.
+type VerifyRepo struct {
+	Dir      string
+	Keyring  string
+	Packages []string
+}
+
+// VerifyExecutable asserts that files exist and are executable.
+type VerifyExecutable struct{ Paths []string }
+
+// Mode constants for files the plan writes.
+const (
+	modeFile   fs.FileMode = 0o644
+	modeScript fs.FileMode = 0o755
+)
+
+func (a AptComponents) describe() string {
+	return fmt.Sprintf("enable components %s of the image's archive (keyring %s)", strings.Join(a.Components, " "), a.Keyring)
+}
+
+func (a AptSource) describe() string {
+	var key string
+	switch {
+	case a.Key.File != "":
+		key = "key file " + a.Key.File
+	case a.Key.InImage:
+		key = "keyring already in the image"
+	default:
+		key = fmt.Sprintf("key %s (fingerprint %s)", a.Key.URL, strings.Join(a.Key.Fingerprints, " or "))
+	}
+	return fmt.Sprintf("apt source %s, %s, keyring %s\n%s", a.SourcesPath(), key, a.Keyring, indent(a.Deb822()))
+}
+
+func (a AptPin) describe() string {
+	return fmt.Sprintf("apt pin %s\n%s", a.Path(), indent(a.Preferences()))
+}
+
+func (AptUpdate) describe() string { return "apt-get update" }
+
+func (a Install) describe() string {
+	s := "apt-get install " + strings.Join(a.Packages, " ")
+	if a.NoRecommends {
+		s += " (no recommends)"
+	}
+	return s
+}
+
+func (a WriteFile) describe() string {
+	return fmt.Sprintf("write %s (%s %04o)\n%s", a.Path, a.Owner, a.Mode, indent(a.Content))
+}
+
+func (a EnableUnits) describe() string { return "enable units " + strings.Join(a.Units, " ") }
+
+func (a BuildModules) describe() string {
+	return "dkms autoinstall for kernels " + strings.Join(a.Kernels, " ")
+}
+
+func (a CheckModules) describe() string {
+	return fmt.Sprintf("check modules %s for kernels %s", strings.Join(a.Modules, " "), strings.Join(a.Kernels, " "))
+}
+
+func (a UpdateInitramfs) describe() string {
+	return "update initramfs for kernels " + strings.Join(a.Kernels, " ")
+}
+
+func (a ToolkitConfig) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "toolkit config %s:", a.Path)
+	for _, kv := range a.Settings {
+		fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value)
+	}
+	return b.String()
+}
+
+func (a BakeRepo) describe() string {
+	closure := "none"
+	if a.Closure {
+		closure = "full"
+	}
+	key := "ephemeral Ed25519 key"
+	if a.SigningKey != "" {
+		key = "key " + a.SigningKey
+		if a.Passphrase != "" {
+			key += " (passphrase from $" + a.Passphrase + ")"
+		}
+	}
+	s := fmt.Sprintf("bake repo %s: packages %s; closure %s; signed with %s; keyring %s; host artifacts in %s",
+		a.Dir, strings.Join(a.Packages, " "), closure, key, a.Keyring, a.OutputDir)
+	if a.SourcesFile {
+		s += "; sources file " + a.SourcesPath()
+	}
+	return s
+}
+
+func (a VerifyRepo) describe() string {
+	return fmt.Sprintf("offline apt self-test of %s: simulate install %s", a.Dir, strings.Join(a.Packages, " "))
+}
+
+func (a VerifyExecutable) describe() string { return "check executable " + strings.Join(a.Paths, " ") }
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "      | " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Text renders the plan for people: the build log, golden tests, --dry-run.
+func (p *Plan) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "target: %s, kernels %s\n", p.Target, strings.Join(p.Target.Kernels, " "))
+	fmt.Fprintf(&b, "targeted kernels: %s\n", strings.Join(p.Kernels, " "))
+	if p.Driver.Branch != "" {
+		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
+			p.Driver.Branch, orAny(p.Driver.Version), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "[%d/%d] %s (%s)\n", i+1, len(p.Steps), s.Title, s.ID)
+		for _, a := range s.Actions {
+			fmt.Fprintf(&b, "    - %s\n", a.describe())
+		}
+	}
+	return b.String()
+}
+
+func orAny(s string) string {
+	if s == "" {
+		return "newest of the branch"
+	}
+	return s
+}
+
+// expand fills {kernel} in each template for each kernel, keeping order and
+// dropping duplicates.
+func expand(templates, kernels []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, k := range kernels {
+		for _, t := range templates {
+			if strings.Contains(t, "{kernel}") {
+				add(strings.ReplaceAll(t, "{kernel}", k))
+			}
+		}
+	}
+	for _, t := range templates {
+		if !strings.Contains(t, "{kernel}") {
+			add(t)
+		}
+	}
+	return out
+}
+
+// kernelRange is a short description of kernels for step titles.
+func kernelRange(ks []string) string {
+	if len(ks) == 1 {
+		return ks[0]
+	}
+	return fmt.Sprintf("%d kernels (%s .. %s)", len(ks), ks[0], ks[len(ks)-1])
+}
+
+var _ = path.Join

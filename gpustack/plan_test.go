@@ -1,0 +1,85 @@
+package gpustack
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+var goldenTargets = []Target{
+	{Distro: "debian", Version: "12", Codename: "bookworm", Arch: "amd64", Kernels: []string{"6.1.0-37-amd64", "6.1.0-41-amd64"}},
+	{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64", Kernels: []string{"6.12.57+deb13-amd64"}},
+	{Distro: "ubuntu", Version: "22.04", Codename: "jammy", Arch: "amd64", Kernels: []string{"5.15.0-1089-aws", "6.8.0-1021-aws"}},
+	{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64", Kernels: []string{"6.8.0-1028-azure"}},
+}
+
+func resolve(t *testing.T, env map[string]string) Options {
+	t.Helper()
+	r, err := Resolve(Input{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatalf("resolve %v: %v", env, err)
+	}
+	return r.Options
+}
+
+// TestPlanGolden renders the plan for every supported release, GPU on and
+// off, both module flavours and every driver source the release accepts.
+func TestPlanGolden(t *testing.T) {
+	for _, tg := range goldenTargets {
+		for _, gpu := range []string{"yes", "no"} {
+			for _, flavour := range []string{"open", "proprietary"} {
+				for _, src := range []string{"distro", "cuda-repo", "precompiled"} {
+					if gpu == "no" && (flavour != "open" || src != "distro") {
+						continue // the GPU options do not matter when the stack is off
+					}
+					name := fmt.Sprintf("%s-%s-gpu-%s", tg.Distro, tg.Version, gpu)
+					if gpu == "yes" {
+						name += "-" + flavour + "-" + src
+					}
+					t.Run(name, func(t *testing.T) {
+						o := resolve(t, map[string]string{
+							"ENABLE_NVIDIA_GPU": gpu, "NVIDIA_KERNEL_MODULES": flavour,
+							"NVIDIA_DRIVER_SOURCE": src, "SOURCE_DATE_EPOCH": "1700000000",
+						})
+						p, err := NewPlan(o, tg)
+						if src == "precompiled" && tg.Distro == "debian" {
+							if err == nil || !strings.Contains(err.Error(), "nvidia_driver_source=precompiled") {
+								t.Fatalf("want precompiled refused on Debian, got %v", err)
+							}
+							return
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+						golden(t, filepath.Join("testdata", "plan", name+".txt"), p.Text())
+					})
+				}
+			}
+		}
+	}
+}
+
+func golden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the plan; run go test ./gpustack -update and review the diff\n--- got:\n%s", path, got)
+	}
+}

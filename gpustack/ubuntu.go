@@ -1,0 +1,71 @@
+package gpustack
+
+import (
+	"fmt"
+)
+
+// Ubuntu: the "-server" driver packages from restricted (DKMS), Canonical's
+// precompiled signed modules (linux-modules-nvidia-*), or NVIDIA's CUDA
+// repository.
+type ubuntu struct{}
+
+func init() {
+	releases["ubuntu-22.04"] = release{distro: "ubuntu", version: "22.04", codename: "jammy", family: ubuntu{},
+		defaultBranch: "535", cudaDir: "ubuntu2204", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
+	releases["ubuntu-24.04"] = release{distro: "ubuntu", version: "24.04", codename: "noble", family: ubuntu{},
+		defaultBranch: "570", cudaDir: "ubuntu2404", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
+}
+
+func (ubuntu) archiveComponents() []string { return []string{"restricted"} }
+
+func (ubuntu) archiveKeyring() string { return "/usr/share/keyrings/ubuntu-archive-keyring.gpg" }
+
+func (ubuntu) headers(k string) string { return "linux-headers-" + k }
+
+// The GPU Operator's Ubuntu driver container downloads image and modules
+// besides installing headers.
+func (ubuntu) repoTemplates() []string {
+	return []string{"linux-headers-{kernel}", "linux-image-{kernel}", "linux-modules-{kernel}"}
+}
+
+func (ubuntu) hasOpen(r release, branch string) bool { return branchAtLeast(branch, 515) }
+
+func serverSuffix(d Driver) string {
+	if d.Flavour == ModulesOpen {
+		return "-server-open"
+	}
+	return "-server"
+}
+
+func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, error) {
+	b := d.Branch
+	switch d.Source {
+	case SourceCUDARepo:
+		if d.Flavour == ModulesOpen {
+			return []string{"nvidia-driver-" + b + "-open"}, true, nil
+		}
+		return []string{"cuda-drivers-" + b}, true, nil
+	case SourcePrecompiled:
+		var pkgs []string
+		for _, k := range kernels {
+			pkgs = append(pkgs, fmt.Sprintf("linux-modules-nvidia-%s%s-%s", b, serverSuffix(d), k))
+		}
+		pkgs = append(pkgs, "nvidia-headless-no-dkms-"+b+serverSuffix(d), "nvidia-utils-"+b+"-server")
+		return pkgs, false, nil
+	}
+	return []string{"nvidia-headless-" + b + serverSuffix(d), "nvidia-utils-" + b + "-server"}, true, nil
+}
+
+func (ubuntu) modules(d Driver) []string { return []string{"nvidia"} }
+
+func (ubuntu) pinPackages(d Driver) []string {
+	return []string{"*nvidia*", "cuda-drivers*", "libnvidia*", "libxnvctrl*"}
+}
+
+// nvidia-persistenced ships in nvidia-compute-utils, which the headless
+// packages already depend on.
+func (ubuntu) persistenced(d Driver) []string { return nil }
+
+func (ubuntu) fabricManager(d Driver) ([]string, error) {
+	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
+}
