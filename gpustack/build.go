@@ -93,6 +93,10 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		return nil, fmt.Errorf("unsupported architecture %q; supported: amd64, arm64", t.Arch)
 	}
 	kernels, err := selectKernels(o.Kernels, t.Kernels)
+	if t.KernelsAtBuildTime {
+		kernels, err = []string{KernelPlaceholder}, nil
+		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+orDefault(o.Kernels, "newest")+")")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +398,13 @@ func orBranch(d Driver) string {
 		return d.Version
 	}
 	return d.Branch
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 func orNewest(v string) string {

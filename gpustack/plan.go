@@ -3,7 +3,6 @@ package gpustack
 import (
 	"fmt"
 	"io/fs"
-	"path"
 	"strings"
 )
 
@@ -345,10 +344,12 @@ func expand(templates, kernels []string) []string {
 
 // kernelRange is a short description of kernels for step titles.
 func kernelRange(ks []string) string {
+	if len(ks) == 1 && ks[0] == KernelPlaceholder {
+		return "the image's kernels"
+	}
 	if len(ks) == 1 {
 		return ks[0]
 	}
 	return fmt.Sprintf("%d kernels (%s .. %s)", len(ks), ks[0], ks[len(ks)-1])
 }
 
-var _ = path.Join

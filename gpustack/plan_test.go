@@ -18,6 +18,24 @@ var goldenTargets = []Target{
 	{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64", Kernels: []string{"6.8.0-1028-azure"}},
 }
 
+func TestPlanKernelsAtBuildTime(t *testing.T) {
+	for _, tg := range []Target{
+		{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64", KernelsAtBuildTime: true},
+		{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64", KernelsAtBuildTime: true},
+	} {
+		for _, gpu := range []string{"yes", "no"} {
+			name := fmt.Sprintf("%s-%s-gpu-%s-deferred", tg.Distro, tg.Version, gpu)
+			t.Run(name, func(t *testing.T) {
+				p, err := NewPlan(resolve(t, map[string]string{"ENABLE_NVIDIA_GPU": gpu}), tg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				golden(t, filepath.Join("testdata", "plan", name+".txt"), p.Text())
+			})
+		}
+	}
+}
+
 func resolve(t *testing.T, env map[string]string) Options {
 	t.Helper()
 	r, err := Resolve(Input{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})

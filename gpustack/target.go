@@ -16,7 +16,15 @@ type Target struct {
 	Codename string   // VERSION_CODENAME: trixie, noble
 	Arch     string   // dpkg architecture: amd64, arm64
 	Kernels  []string // kernel versions installed in the image
+	// KernelsAtBuildTime says the kernels are not known yet (the mkosi
+	// generator renders before the image exists). The plan then targets the
+	// single symbolic kernel KernelPlaceholder, which the back end expands
+	// at build time from the image's /usr/lib/modules.
+	KernelsAtBuildTime bool
 }
+
+// KernelPlaceholder stands for each targeted kernel when KernelsAtBuildTime.
+const KernelPlaceholder = "{kernel}"
 
 func (t Target) String() string {
 	return fmt.Sprintf("%s %s (%s, %s)", t.Distro, t.Version, t.Codename, t.Arch)
