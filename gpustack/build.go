@@ -27,6 +27,9 @@ type family interface {
 	archiveComponents() []string
 	archiveKeyring() string
 	headers(kernel string) string
+	// kernelMeta names the packages that track the newest kernel image and
+	// its headers, for images whose kernels are not known yet.
+	kernelMeta(arch string) (image, headers string)
 	repoTemplates() []string
 	hasOpen(r release, branch string) bool
 	// driver returns the packages that install the driver and whether its
@@ -79,11 +82,11 @@ const HookPath = hookPath
 // settings involved.
 func NewPlan(o Options, t Target) (*Plan, error) {
 	p := &Plan{Target: t, Options: o}
+	r, ok := releases[t.Distro+"-"+t.Version]
 	if !o.EnableGPU && !o.RepoEnabled() {
 		p.Notes = append(p.Notes, "nothing to do: enable_nvidia_gpu is no and local_repo is off")
 		return p, nil
 	}
-	r, ok := releases[t.Distro+"-"+t.Version]
 	if !ok {
 		return nil, fmt.Errorf("unsupported target %s %s (%s); supported: %s", t.Distro, t.Version, t.Codename, supported())
 	}
@@ -96,6 +99,8 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	if t.KernelsAtBuildTime {
 		kernels, err = []string{KernelPlaceholder}, nil
 		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+orDefault(o.Kernels, "newest")+")")
+		image, headers := r.family.kernelMeta(t.Arch)
+		p.KernelPackages = []string{image, headers}
 	}
 	if err != nil {
 		return nil, err
@@ -281,6 +286,10 @@ func gpuSteps(p *Plan, r release, f family) error {
 		var headers []string
 		for _, k := range ks {
 			headers = append(headers, f.headers(k))
+		}
+		if p.Target.KernelsAtBuildTime {
+			_, meta := f.kernelMeta(p.Target.Arch)
+			headers = []string{meta}
 		}
 		p.add("kernel-headers", "Installing kernel headers for "+kernelRange(ks), Install{Packages: headers, NoRecommends: true})
 	}

@@ -25,6 +25,10 @@ func (debian) archiveKeyring() string { return "/usr/share/keyrings/debian-archi
 
 func (debian) headers(k string) string { return "linux-headers-" + k }
 
+func (debian) kernelMeta(arch string) (string, string) {
+	return "linux-image-" + arch, "linux-headers-" + arch
+}
+
 // Debian has no linux-modules package: the modules ship in linux-image.
 func (debian) repoTemplates() []string {
 	return []string{"linux-headers-{kernel}", "linux-image-{kernel}"}

@@ -18,6 +18,9 @@ type Plan struct {
 	// stack is off.
 	Driver Driver
 	Steps  []Step
+	// KernelPackages are the kernel image and headers packages a generator
+	// installs when the kernels are resolved at build time.
+	KernelPackages []string
 	// Notes say what the plan decided and why, for the build log.
 	Notes []string
 }
@@ -297,6 +300,9 @@ func (p *Plan) Text() string {
 		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
 			p.Driver.Branch, orAny(p.Driver.Version), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
 	}
+	if len(p.KernelPackages) > 0 {
+		fmt.Fprintf(&b, "kernel packages: %s\n", strings.Join(p.KernelPackages, " "))
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -352,4 +358,3 @@ func kernelRange(ks []string) string {
 	}
 	return fmt.Sprintf("%d kernels (%s .. %s)", len(ks), ks[0], ks[len(ks)-1])
 }
-

@@ -22,6 +22,10 @@ func (ubuntu) archiveKeyring() string { return "/usr/share/keyrings/ubuntu-archi
 
 func (ubuntu) headers(k string) string { return "linux-headers-" + k }
 
+func (ubuntu) kernelMeta(arch string) (string, string) {
+	return "linux-image-generic", "linux-headers-generic"
+}
+
 // The GPU Operator's Ubuntu driver container downloads image and modules
 // besides installing headers.
 func (ubuntu) repoTemplates() []string {
@@ -48,6 +52,9 @@ func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, e
 	case SourcePrecompiled:
 		var pkgs []string
 		for _, k := range kernels {
+			if k == KernelPlaceholder {
+				k = "generic" // the meta package that follows linux-image-generic
+			}
 			pkgs = append(pkgs, fmt.Sprintf("linux-modules-nvidia-%s%s-%s", b, serverSuffix(d), k))
 		}
 		pkgs = append(pkgs, "nvidia-headless-no-dkms-"+b+serverSuffix(d), "nvidia-utils-"+b+"-server")
