@@ -1,0 +1,96 @@
+// Package chroottest builds tiny root filesystems for tests that chroot
+// into them, and skips (or, in CI, fails) tests that need root.
+package chroottest
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// RequireRoot skips the test when not running as root. Where root tests must
+// run (CI sets CI, or PODVM_REQUIRE_ROOT=1), it fails instead, so a
+// misconfigured runner cannot turn them into silent skips.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if mustRun() {
+		t.Fatal("this test needs root (chroot, mount); CI must run it as root")
+	}
+	t.Skip("needs root (chroot, mount): run with sudo, or set PODVM_REQUIRE_ROOT=1 to make this a failure")
+}
+
+func mustRun() bool {
+	return os.Getenv("CI") != "" || os.Getenv("PODVM_REQUIRE_ROOT") == "1"
+}
+
+// applets are the busybox commands the tests use inside a root.
+var applets = []string{"sh", "sleep", "echo", "cat", "printf", "id", "ls", "mkdir", "touch", "rm", "mount", "true", "false", "pwd", "env", "ln", "stat"}
+
+// BusyboxRoot returns a fresh directory holding a statically linked
+// busybox as /bin/busybox with its applets linked in /bin, plus /tmp, /etc,
+// /proc, /sys, /dev and /run: enough to chroot into. It needs the
+// busybox-static package (Debian) or another static busybox in PATH.
+func BusyboxRoot(t testing.TB) string {
+	t.Helper()
+	bb := staticBusybox(t)
+	root := t.TempDir()
+	for _, d := range []string{"bin", "tmp", "etc", "proc", "sys", "dev", "run", "root", "usr/sbin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range applets {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func staticBusybox(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"busybox.static", "busybox"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if isStatic(p) {
+			return p
+		}
+	}
+	if mustRun() {
+		t.Fatal("no statically linked busybox found: install busybox-static")
+	}
+	t.Skip("no statically linked busybox found: install busybox-static")
+	return ""
+}
+
+// isStatic reports whether the ELF file at p has no program interpreter.
+func isStatic(p string) bool {
+	f, err := elf.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
