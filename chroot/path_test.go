@@ -22,9 +22,9 @@ func TestResolveIn(t *testing.T) {
 	mkdir("usr/lib/modules")
 	mkdir("etc")
 	mkdir("a/b")
-	link("usr/lib", "lib")             // merged-usr style relative link
-	link("/usr/lib", "abslib")         // absolute link: means the root's /usr/lib
-	link("/etc", "evil")               // absolute link to a host-looking path
+	link("usr/lib", "lib")                  // merged-usr style relative link
+	link("/usr/lib", "abslib")              // absolute link: means the root's /usr/lib
+	link("/etc", "evil")                    // absolute link to a host-looking path
 	link("../../../../../../etc", "a/b/up") // climbs far above the root
 	link("loop2", "loop1")
 	link("loop1", "loop2")
