@@ -1,0 +1,243 @@
+// Package artifact writes what a build leaves beside the image: the deb822
+// source of the node-local repository, a GPU Operator ConfigMap and Helm
+// values that point the driver container at it, the armored public key and
+// the manifest. The Packer provisioner and the mkosi generator write the
+// same files through it.
+package artifact
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// File names in the output directory.
+const (
+	SourcesFile   = "local-packages.sources"
+	ConfigMapFile = "gpu-operator-repo-configmap.yaml"
+	ValuesFile    = "gpu-operator-values.yaml"
+	KeyFile       = "keyring.asc"
+	ManifestFile  = "manifest.json"
+)
+
+// Defaults for the GPU Operator objects.
+const (
+	DefaultConfigMap = "podvm-local-packages"
+	DefaultNamespace = "gpu-operator"
+)
+
+// Manifest records everything the build put in the image. It is written
+// into the repository directory in the image and into the output directory.
+type Manifest struct {
+	SchemaVersion int      `json:"schema_version"`
+	Generator     string   `json:"generator"`
+	Created       string   `json:"created"` // RFC 3339, from SOURCE_DATE_EPOCH when set
+	Target        Target   `json:"target"`
+	Kernels       []string `json:"kernels"`
+	GPU           *GPU     `json:"gpu,omitempty"`
+	Repo          *Repo    `json:"repo,omitempty"`
+}
+
+// Target identifies the image.
+type Target struct {
+	Distro   string `json:"distro"`
+	Version  string `json:"version"`
+	Codename string `json:"codename"`
+	Arch     string `json:"arch"`
+}
+
+// GPU is the installed GPU stack.
+type GPU struct {
+	DriverBranch   string    `json:"driver_branch"`
+	DriverVersion  string    `json:"driver_version,omitempty"` // installed version, when known
+	Flavour        string    `json:"kernel_modules"`
+	Source         string    `json:"driver_source"`
+	Modules        []string  `json:"modules"`
+	Toolkit        bool      `json:"container_toolkit"`
+	ToolkitVersion string    `json:"container_toolkit_version,omitempty"`
+	HookMode       string    `json:"hook_mode,omitempty"`
+	Packages       []Package `json:"packages,omitempty"` // installed NVIDIA packages
+}
+
+// Repo is the baked node-local repository.
+type Repo struct {
+	Path        string    `json:"path"`
+	Keyring     string    `json:"keyring"`
+	Fingerprint string    `json:"fingerprint"`
+	Packages    []Package `json:"packages"`
+}
+
+// Package is one package, installed or baked.
+type Package struct {
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	Arch     string `json:"arch,omitempty"`
+	Filename string `json:"filename,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	SHA256   string `json:"sha256,omitempty"`
+}
+
+// JSON renders the manifest as indented JSON with a final newline.
+func (m Manifest) JSON() ([]byte, error) {
+	if m.SchemaVersion == 0 {
+		m.SchemaVersion = 1
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Sources is the deb822 entry for a flat repository at repoPath. signedBy is
+// a keyring path or an armored key block, which is inlined (apt >= 2.4).
+// Flat repositories take "Suites: ./" and no Components line: apt rejects
+// a flat entry that has one.
+func Sources(repoPath, signedBy string) string {
+	var b strings.Builder
+	b.WriteString("Types: deb\n")
+	fmt.Fprintf(&b, "URIs: file://%s\n", repoPath)
+	b.WriteString("Suites: ./\n")
+	if strings.Contains(signedBy, "BEGIN PGP PUBLIC KEY BLOCK") {
+		b.WriteString("Signed-By:\n")
+		for _, line := range strings.Split(strings.TrimRight(signedBy, "\n"), "\n") {
+			line = strings.TrimRight(line, " \r")
+			if line == "" {
+				line = "." // deb822 spells an empty continuation line " ."
+			}
+			fmt.Fprintf(&b, " %s\n", line)
+		}
+	} else {
+		fmt.Fprintf(&b, "Signed-By: %s\n", signedBy)
+	}
+	return b.String()
+}
+
+// ConfigMap is the GPU Operator driver.repoConfig ConfigMap. The operator
+// mounts each key read-only into the driver container's
+// /etc/apt/sources.list.d/, so the key inlined in Signed-By travels with it.
+func ConfigMap(name, namespace, repoPath string, armoredKey []byte) ([]byte, error) {
+	cm := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "ConfigMap",
+		"metadata": map[string]any{
+			"name":      name,
+			"namespace": namespace,
+			"labels":    map[string]string{"app.kubernetes.io/managed-by": "packer-plugin-podvm"},
+		},
+		"data": map[string]string{SourcesFile: Sources(repoPath, string(armoredKey))},
+	}
+	return marshalYAML(cm)
+}
+
+// HelmValues is the gpu-operator chart values snippet that selects the
+// ConfigMap. Mounting the node's repository directory into the driver
+// container is a separate step, described in docs/gpu-operator.md.
+func HelmValues(configMap string) ([]byte, error) {
+	v := map[string]any{
+		"driver": map[string]any{
+			"repoConfig": map[string]any{"configMapName": configMap},
+		},
+	}
+	b, err := marshalYAML(v)
+	if err != nil {
+		return nil, err
+	}
+	head := "# gpu-operator Helm values: the driver container installs kernel headers\n" +
+		"# from the node-local repository. See docs/gpu-operator.md for the\n" +
+		"# read-only hostPath mount of the repository directory.\n"
+	return append([]byte(head), b...), nil
+}
+
+func marshalYAML(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode yaml: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Set is everything Write needs.
+type Set struct {
+	RepoPath    string // the repository directory in the image
+	KeyringPath string // the public keyring in the image
+	ArmoredKey  []byte // the repository's public key, armored
+	Manifest    Manifest
+	ConfigMap   string // defaults to DefaultConfigMap
+	Namespace   string // defaults to DefaultNamespace
+}
+
+// Write writes every artifact into dir (created 0755 if missing), each file
+// 0644 and replaced atomically, and returns their paths in a stable order.
+func Write(dir string, s Set) ([]string, error) {
+	if s.ConfigMap == "" {
+		s.ConfigMap = DefaultConfigMap
+	}
+	if s.Namespace == "" {
+		s.Namespace = DefaultNamespace
+	}
+	cm, err := ConfigMap(s.ConfigMap, s.Namespace, s.RepoPath, s.ArmoredKey)
+	if err != nil {
+		return nil, err
+	}
+	values, err := HelmValues(s.ConfigMap)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := s.Manifest.JSON()
+	if err != nil {
+		return nil, err
+	}
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{SourcesFile, []byte(Sources(s.RepoPath, s.KeyringPath))},
+		{ConfigMapFile, cm},
+		{ValuesFile, values},
+		{KeyFile, s.ArmoredKey},
+		{ManifestFile, manifest},
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("write artifacts: %w", err)
+	}
+	var paths []string
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := writeAtomic(p, f.data); err != nil {
+			return nil, fmt.Errorf("write artifacts: %w", err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,113 @@
+package artifact
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+const testKey = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZfakeKEYdata\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n"
+
+func TestSources(t *testing.T) {
+	tests := []struct {
+		name, signedBy string
+		want           string
+	}{
+		{"keyring path", "/usr/share/keyrings/podvm-local-packages.gpg",
+			"Types: deb\nURIs: file:///opt/local-packages\nSuites: ./\nSigned-By: /usr/share/keyrings/podvm-local-packages.gpg\n"},
+		{"inline key", testKey,
+			"Types: deb\nURIs: file:///opt/local-packages\nSuites: ./\nSigned-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mDMEZfakeKEYdata\n =abcd\n -----END PGP PUBLIC KEY BLOCK-----\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Sources("/opt/local-packages", tt.signedBy)
+			if got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
+			}
+			if strings.Contains(got, "Components:") {
+				t.Error("a flat repository entry must not have Components")
+			}
+		})
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	m := Manifest{Generator: "test", Created: "2023-11-14T22:13:20Z", Kernels: []string{"6.12.57+deb13-amd64"},
+		Repo: &Repo{Path: "/opt/local-packages", Fingerprint: "ABCD", Packages: []Package{{Name: "linux-headers-6.12.57+deb13-amd64", Version: "6.12.57-1"}}}}
+	paths, err := Write(dir, Set{RepoPath: "/opt/local-packages", KeyringPath: "/usr/share/keyrings/k.gpg", ArmoredKey: []byte(testKey), Manifest: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 5 {
+		t.Fatalf("wrote %d files, want 5: %v", len(paths), paths)
+	}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %o, want 644", p, fi.Mode().Perm())
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 5 {
+		t.Errorf("output dir has %d entries, want 5 (no temp files left)", len(entries))
+	}
+
+	var cm struct {
+		Kind     string
+		Metadata struct{ Name, Namespace string }
+		Data     map[string]string
+	}
+	readYAML(t, filepath.Join(dir, ConfigMapFile), &cm)
+	if cm.Kind != "ConfigMap" || cm.Metadata.Name != DefaultConfigMap || cm.Metadata.Namespace != DefaultNamespace {
+		t.Errorf("configmap header: %+v", cm)
+	}
+	src := cm.Data[SourcesFile]
+	for _, want := range []string{"URIs: file:///opt/local-packages\n", "Suites: ./\n", "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("configmap sources lacks %q:\n%s", want, src)
+		}
+	}
+	if strings.Contains(src, "Components") {
+		t.Error("configmap sources has Components")
+	}
+
+	var values struct {
+		Driver struct {
+			RepoConfig struct {
+				ConfigMapName string `yaml:"configMapName"`
+			} `yaml:"repoConfig"`
+		}
+	}
+	readYAML(t, filepath.Join(dir, ValuesFile), &values)
+	if values.Driver.RepoConfig.ConfigMapName != DefaultConfigMap {
+		t.Errorf("values: %+v", values)
+	}
+
+	var got Manifest
+	b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.SchemaVersion != 1 || got.Repo.Packages[0].Name != "linux-headers-6.12.57+deb13-amd64" {
+		t.Errorf("manifest: %+v", got)
+	}
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
