@@ -1,0 +1,71 @@
+#!/bin/sh
+# install-mkosi.sh: fetch mkosi from Debian trixie and unpack it into a cache
+# directory, without touching the host's apt state. Debian 12 ships mkosi 14,
+# too old for the generator's MinimumVersion=25; trixie's mkosi is pure Python
+# and runs on bookworm's python3.
+#
+# Usage: scripts/install-mkosi.sh [--print-env]
+#   Cache: $PODVM_CACHE/mkosi (default: .cache/mkosi in the repository).
+#   Version: $MKOSI_VERSION (default 25.3-7), suite $MKOSI_SUITE (trixie).
+#   Mirror: the host's first Debian mirror, or $MKOSI_MIRROR.
+# Idempotent: a second run with the same version does nothing.
+# It prints the command to run mkosi; with --print-env, only
+# "PYTHONPATH=... python3 -m mkosi" for scripts to eval.
+set -eu
+
+version=${MKOSI_VERSION:-25.3-7}
+suite=${MKOSI_SUITE:-trixie}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${PODVM_CACHE:-$root/.cache}/mkosi
+dest=$cache/$version
+pypath=$dest/usr/lib/python3/dist-packages
+
+print() {
+	if [ "${1:-}" = --print-env ]; then
+		echo "PYTHONPATH=$pypath python3 -m mkosi"
+	else
+		echo "mkosi $version is in $dest; run it as:" >&2
+		echo "  PYTHONPATH=$pypath python3 -m mkosi --version" >&2
+		echo "PYTHONPATH=$pypath python3 -m mkosi"
+	fi
+}
+
+if [ -f "$dest/.complete" ]; then
+	print "$@"
+	exit 0
+fi
+
+# The host's own mirror, so air-gapped hosts use theirs (never a hard-coded host).
+mirror=${MKOSI_MIRROR:-}
+if [ -z "$mirror" ]; then
+	mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		sed -n -e 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]]*$/\1/p' \
+			-e 's/^deb[[:space:]]\{1,\}\(\[[^]]*\][[:space:]]\{1,\}\)\{0,1\}\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]].*/\2/p' |
+		head -n 1)
+fi
+if [ -z "$mirror" ]; then
+	echo "install-mkosi: no Debian mirror in the host's apt sources; set MKOSI_MIRROR" >&2
+	exit 1
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/install-mkosi.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/etc/preferences.d" "$work/state/lists/partial" "$work/cache/archives/partial"
+cat >"$work/etc/sources.list" <<SOURCES
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+SOURCES
+: >"$work/state/status"
+# A private apt configuration: nothing of the host's lists or cache changes.
+set -- -o Dir::Etc::SourceList="$work/etc/sources.list" -o Dir::Etc::SourceParts=- \
+	-o Dir::Etc::Preferences="$work/etc/preferences" -o Dir::Etc::PreferencesParts="$work/etc/preferences.d" \
+	-o Dir::State="$work/state" -o Dir::State::status="$work/state/status" -o Dir::Cache="$work/cache" \
+	-o APT::Architecture="$(dpkg --print-architecture)" -o APT::Architectures="$(dpkg --print-architecture)" -o Debug::NoLocking=1 -o APT::Sandbox::User=root
+apt-get "$@" -q update >&2
+(cd "$work" && apt-get "$@" -q download "mkosi=$version" >&2)
+rm -rf "$dest.tmp"
+mkdir -p "$dest.tmp"
+dpkg-deb -x "$work"/mkosi_*_all.deb "$dest.tmp"
+rm -rf "$dest"
+mv "$dest.tmp" "$dest"
+touch "$dest/.complete"
+print "${1:-}"
