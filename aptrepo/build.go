@@ -1,0 +1,504 @@
+package aptrepo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// Placement says how .deb files get into the repository directory.
+type Placement int
+
+const (
+	// Copy copies each .deb into the output directory.
+	Copy Placement = iota
+	// HardLink hard-links each .deb into the output directory, copying
+	// instead where a link is impossible (another file system) or would
+	// carry the wrong permissions (anything but 0644).
+	HardLink
+	// IndexOnly writes only the index files. Filename in Packages is the
+	// .deb's base name: the .debs are expected beside the index wherever
+	// the repository finally lives (for instance, already in the output
+	// directory, or inside an image the index is uploaded into).
+	IndexOnly
+)
+
+func (p Placement) String() string {
+	switch p {
+	case Copy:
+		return "copy"
+	case HardLink:
+		return "hard-link"
+	case IndexOnly:
+		return "index-only"
+	}
+	return "Placement(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Options describe one repository build.
+type Options struct {
+	// Debs lists .deb files; DebDir adds every *.deb directly inside it.
+	// At least one .deb is needed in all.
+	Debs   []string
+	DebDir string
+
+	// Out is the repository directory. With Copy and HardLink it is
+	// replaced as a whole; it may exist only if it is empty or holds a
+	// repository already (a Release or InRelease file). With IndexOnly an
+	// existing directory is kept and only the index files in it are
+	// replaced, each by a rename.
+	Out       string
+	Placement Placement
+
+	// Origin and Label go into Release (omitted when empty); apt can pin
+	// by them.
+	Origin string
+	Label  string
+
+	// Date is the Release Date and the signatures' creation time. Pass
+	// DateFromEnvironment's result so builds are reproducible.
+	Date time.Time
+
+	// Signer signs Release; its public key is written as keyring.gpg and
+	// keyring.asc.
+	Signer *Signer
+}
+
+// Package is one .deb in the repository.
+type Package struct {
+	Name         string `json:"name"`
+	Version      string `json:"version"`
+	Architecture string `json:"architecture"`
+	Filename     string `json:"filename"`
+	Size         int64  `json:"size"`
+	MD5sum       string `json:"md5sum"`
+	SHA1         string `json:"sha1"`
+	SHA256       string `json:"sha256"`
+	SHA512       string `json:"sha512"`
+	Depends      string `json:"depends,omitempty"`
+	PreDepends   string `json:"pre_depends,omitempty"`
+	Provides     string `json:"provides,omitempty"`
+	// Source is the path the .deb was read from.
+	Source string `json:"-"`
+
+	control Paragraph
+}
+
+// Control returns the package's control paragraph as found in the .deb.
+func (p *Package) Control() Paragraph { return slices.Clone(p.control) }
+
+// Result describes a finished build.
+type Result struct {
+	Dir         string        `json:"dir"`
+	Packages    []Package     `json:"packages"` // sorted by name, version, architecture
+	TotalBytes  int64         `json:"total_bytes"`
+	Fingerprint string        `json:"fingerprint"`
+	Files       []string      `json:"files"` // index and key files written, by base name
+	Elapsed     time.Duration `json:"elapsed_ns"`
+}
+
+// maxDateSkew is how far Date may lie ahead of this host's clock. apt
+// refuses a Release dated in its future ("not valid yet"), so a repository
+// dated ahead would be useless to any node whose clock agrees with ours.
+const maxDateSkew = time.Minute
+
+// Build indexes and signs a flat repository as described by opts. The
+// output directory is either fully written or left as it was: everything is
+// built in a temporary directory beside it (or, for IndexOnly into an
+// existing directory, inside it) and renamed into place.
+func Build(ctx context.Context, opts Options) (*Result, error) {
+	start := time.Now()
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	debs, err := opts.collect()
+	if err != nil {
+		return nil, err
+	}
+	out, err := filepath.Abs(opts.Out)
+	if err != nil {
+		return nil, fmt.Errorf("output directory: %w", err)
+	}
+
+	st, err := newStage(out, opts.Placement == IndexOnly)
+	if err != nil {
+		return nil, err
+	}
+	defer st.cleanup()
+
+	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDuplicates(pkgs); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(pkgs, func(a, b Package) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version),
+			cmp.Compare(a.Architecture, b.Architecture))
+	})
+
+	files, err := indexFiles(pkgs, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(st.dir, f.name), f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.name
+	}
+	if err := st.commit(names); err != nil {
+		return nil, err
+	}
+
+	res := &Result{
+		Dir:         out,
+		Packages:    pkgs,
+		Fingerprint: opts.Signer.Fingerprint(),
+		Files:       names,
+	}
+	for _, p := range pkgs {
+		res.TotalBytes += p.Size
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+func (opts *Options) check() error {
+	switch {
+	case opts.Out == "":
+		return errors.New("no output directory")
+	case opts.Signer == nil:
+		return errors.New("no signer")
+	case opts.Date.IsZero():
+		return errors.New("no Date")
+	case opts.Placement < Copy || opts.Placement > IndexOnly:
+		return fmt.Errorf("unknown placement %v", opts.Placement)
+	}
+	if ahead := time.Until(opts.Date); ahead > maxDateSkew {
+		return fmt.Errorf("Date %s is %s in the future; apt would refuse the repository as not valid yet",
+			opts.Date.UTC().Format(time.RFC3339), ahead.Round(time.Second))
+	}
+	for field, v := range map[string]string{"Origin": opts.Origin, "Label": opts.Label} {
+		if strings.IndexFunc(v, func(r rune) bool { return unicode.IsControl(r) }) >= 0 {
+			return fmt.Errorf("%s %q: control characters are not allowed", field, v)
+		}
+		if v != strings.TrimSpace(v) {
+			return fmt.Errorf("%s %q: leading or trailing blanks are not allowed", field, v)
+		}
+	}
+	return nil
+}
+
+// debFile is one input .deb.
+type debFile struct {
+	path string
+	name string // base name, which becomes Filename in Packages
+	size int64
+}
+
+// collect lists the input .debs, checks their base names (they become
+// file names in the repository) and refuses two with the same base name.
+func (opts *Options) collect() ([]debFile, error) {
+	paths := slices.Clone(opts.Debs)
+	if opts.DebDir != "" {
+		found, err := FindDebs(opts.DebDir)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, found...)
+	}
+	var debs []debFile
+	seen := make(map[string]bool)
+	byName := make(map[string]string)
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if seen[abs] {
+			continue
+		}
+		seen[abs] = true
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: not a regular file", p)
+		}
+		name := filepath.Base(abs)
+		if err := checkDebName(name); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if other, ok := byName[name]; ok {
+			return nil, fmt.Errorf("%s and %s: two .debs with the same file name", other, p)
+		}
+		byName[name] = p
+		debs = append(debs, debFile{path: abs, name: name, size: fi.Size()})
+	}
+	if len(debs) == 0 {
+		return nil, errors.New("no .deb files given")
+	}
+	return debs, nil
+}
+
+// checkDebName keeps file names to what needs no quoting anywhere: in
+// Packages, in URIs apt builds from them, and in shell scripts.
+func checkDebName(name string) error {
+	if !strings.HasSuffix(name, ".deb") || strings.HasPrefix(name, ".") {
+		return errors.New("file name must end in .deb and not start with a dot")
+	}
+	for _, r := range name {
+		if r > unicode.MaxASCII || unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`%"'\`, r) {
+			return fmt.Errorf("file name %q contains %q", name, r)
+		}
+	}
+	return nil
+}
+
+// FindDebs returns the *.deb regular files directly inside dir, sorted.
+func FindDebs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read .deb directory: %w", err)
+	}
+	var paths []string
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".deb") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0 {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	return paths, nil
+}
+
+// readAll reads every .deb on GOMAXPROCS workers, placing it into dir as
+// placement asks. Largest files go first so that no worker is left with a
+// big one at the end. Every file is read even after one fails, so that all
+// bad inputs are reported at once.
+func readAll(ctx context.Context, debs []debFile, dir string, placement Placement) ([]Package, error) {
+	order := make([]int, len(debs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(debs[b].size, debs[a].size) })
+
+	pkgs := make([]Package, len(debs))
+	errs := make([]error, len(debs))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(debs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				pkg, err := ingest(ctx, debs[i], dir, placement)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				pkgs[i] = *pkg
+			}
+		}()
+	}
+	for _, i := range order {
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return pkgs, nil
+}
+
+// ingest reads one .deb and, unless placement is IndexOnly, puts it into
+// dir: by a hard link where allowed, else by copying the very bytes that
+// were hashed, so Packages describes exactly the file in the repository.
+func ingest(ctx context.Context, deb debFile, dir string, placement Placement) (*Package, error) {
+	src := deb.path
+	var dst *os.File
+	switch placement {
+	case HardLink:
+		target := filepath.Join(dir, deb.name)
+		if linked, err := tryLink(deb.path, target); err != nil {
+			return nil, err
+		} else if linked {
+			src = target // hash what the repository holds
+			break
+		}
+		fallthrough
+	case Copy:
+		f, err := createFile(filepath.Join(dir, deb.name))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		dst = f
+	}
+
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var info *debInfo
+	if dst != nil {
+		info, err = readDeb(ctx, f, dst)
+	} else {
+		info, err = readDeb(ctx, f, nil)
+	}
+	if err != nil {
+		var ce *copyError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("copy %s: %w", deb.path, ce.err)
+		}
+		return nil, fmt.Errorf("%s: %w", deb.path, err)
+	}
+	if dst != nil {
+		if err := dst.Sync(); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", deb.path, err)
+		}
+		if err := dst.Close(); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", deb.path, err)
+		}
+	}
+	name, version, arch, err := info.control.identity()
+	if err != nil {
+		return nil, fmt.Errorf("%s: control file: %w", deb.path, err)
+	}
+	return &Package{
+		Name:         name,
+		Version:      version,
+		Architecture: arch,
+		Filename:     deb.name,
+		Size:         info.size,
+		MD5sum:       info.md5,
+		SHA1:         info.sha1,
+		SHA256:       info.sha256,
+		SHA512:       info.sha512,
+		Depends:      info.control.Value("Depends"),
+		PreDepends:   info.control.Value("Pre-Depends"),
+		Provides:     info.control.Value("Provides"),
+		Source:       deb.path,
+		control:      info.control,
+	}, nil
+}
+
+// tryLink hard-links src to dst. It reports false, rather than an error,
+// when a copy should be made instead: src is not mode 0644 (a link shares
+// the mode, and the repository's files must be 0644), or the link is
+// refused for a reason a copy avoids (another file system, no hard links).
+func tryLink(src, dst string) (bool, error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return false, err
+	}
+	if fi.Mode().Perm() != 0o644 {
+		return false, nil
+	}
+	if err := os.Link(src, dst); err != nil {
+		if linkFallback(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("link %s: %w", src, err)
+	}
+	return true, nil
+}
+
+// checkDuplicates refuses two files claiming the same package, version and
+// architecture: apt would see only one of them.
+func checkDuplicates(pkgs []Package) error {
+	seen := make(map[string]*Package)
+	var errs []error
+	for i := range pkgs {
+		p := &pkgs[i]
+		key := p.Name + "_" + p.Version + "_" + p.Architecture
+		if q, ok := seen[key]; ok {
+			same := ""
+			if q.SHA256 == p.SHA256 {
+				same = " (identical copies)"
+			}
+			errs = append(errs, fmt.Errorf("%s and %s: both are %s %s (%s)%s", q.Source, p.Source, p.Name, p.Version, p.Architecture, same))
+			continue
+		}
+		seen[key] = p
+	}
+	return errors.Join(errs...)
+}
+
+// indexFiles renders every file of the repository besides the .debs, in
+// the order they are renamed into place.
+func indexFiles(pkgs []Package, opts Options) ([]indexFile, error) {
+	packages := packagesIndex(pkgs)
+	gz, err := gzipBytes(packages)
+	if err != nil {
+		return nil, fmt.Errorf("compress Packages: %w", err)
+	}
+	var archs []string
+	for _, p := range pkgs {
+		if !slices.Contains(archs, p.Architecture) {
+			archs = append(archs, p.Architecture)
+		}
+	}
+	slices.Sort(archs)
+	indexes := []indexFile{{PackagesFile, packages}, {PackagesGzFile, gz}}
+	release := releaseFile(opts.Origin, opts.Label, opts.Date, archs, indexes)
+	detached, err := opts.Signer.detachSign(release, opts.Date)
+	if err != nil {
+		return nil, err
+	}
+	inRelease, err := opts.Signer.clearsign(release, opts.Date)
+	if err != nil {
+		return nil, err
+	}
+	return append(indexes,
+		indexFile{KeyringFile, opts.Signer.PublicKeyring()},
+		indexFile{ArmoredKeyringFile, opts.Signer.ArmoredPublicKey()},
+		indexFile{ReleaseFile, release},
+		indexFile{ReleaseGPGFile, detached},
+		indexFile{InReleaseFile, inRelease},
+	), nil
+}
+
+// DateFromEnvironment returns the time in SOURCE_DATE_EPOCH (see
+// reproducible-builds.org) when it is set, and the current time otherwise,
+// in UTC and truncated to whole seconds as Release records it.
+func DateFromEnvironment() (time.Time, error) {
+	v, ok := os.LookupEnv("SOURCE_DATE_EPOCH")
+	if !ok || v == "" {
+		return time.Now().UTC().Truncate(time.Second), nil
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want a non-negative integer of seconds", v)
+	}
+	return time.Unix(secs, 0).UTC(), nil
+}

@@ -1,0 +1,365 @@
+package aptrepo
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Limits on what one .deb can make us read or allocate before its payload.
+// Real packages stay far below them: Debian's largest control members
+// (md5sums of packages with tens of thousands of files) are a few MiB.
+const (
+	maxControlMember = 64 << 20 // compressed control.tar.* member
+	maxControlTar    = 64 << 20 // bytes decompressed from it
+	maxControlFile   = 4 << 20  // the control file itself
+	maxDebianBinary  = 64       // the "2.0\n" member
+)
+
+var (
+	// ErrNotDeb is returned for input that is not a Debian binary package.
+	ErrNotDeb = errors.New("not a Debian binary package")
+	// ErrTruncated is returned for a .deb that ends before its last member.
+	ErrTruncated = errors.New("truncated .deb")
+)
+
+// debInfo is what reading a .deb yields: its control paragraph, and the
+// size and digests of the whole file.
+type debInfo struct {
+	control Paragraph
+	size    int64
+	md5     string
+	sha1    string
+	sha256  string
+	sha512  string
+}
+
+// hashingReader feeds everything read through it to the digests (and to an
+// optional copy), so one pass over the file parses, hashes and copies it.
+type hashingReader struct {
+	ctx  context.Context
+	r    io.Reader
+	w    io.Writer // the hashes, and the copy if any
+	n    int64
+	hash [4]hash.Hash
+}
+
+func newHashingReader(ctx context.Context, r io.Reader, copyTo io.Writer) *hashingReader {
+	h := &hashingReader{ctx: ctx, r: r, hash: [4]hash.Hash{md5.New(), sha1.New(), sha256.New(), sha512.New()}}
+	ws := []io.Writer{h.hash[0], h.hash[1], h.hash[2], h.hash[3]}
+	if copyTo != nil {
+		ws = append(ws, copyTo)
+	}
+	h.w = io.MultiWriter(ws...)
+	return h
+}
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	if err := h.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := h.r.Read(p)
+	if n > 0 {
+		h.n += int64(n)
+		if _, werr := h.w.Write(p[:n]); werr != nil {
+			return n, &copyError{werr}
+		}
+	}
+	return n, err
+}
+
+// copyError marks a failure to write the copy, so it is not reported as a
+// problem with the .deb.
+type copyError struct{ err error }
+
+func (e *copyError) Error() string { return "copy: " + e.err.Error() }
+func (e *copyError) Unwrap() error { return e.err }
+
+// readBufferSize is large enough that reading a .deb costs few system calls
+// and small enough to keep one per worker.
+const readBufferSize = 256 << 10
+
+// readDeb reads a .deb from r to its end: it checks the ar structure, parses
+// the control file and digests every byte. The whole file is never held in
+// memory. If copyTo is not nil, every byte read is written to it as well.
+func readDeb(ctx context.Context, r io.Reader, copyTo io.Writer) (*debInfo, error) {
+	hr := newHashingReader(ctx, r, copyTo)
+	br := bufio.NewReaderSize(hr, readBufferSize)
+	control, err := parseAr(br)
+	if err != nil {
+		return nil, err
+	}
+	// Anything after the members was read (and hashed) by parseAr, which
+	// insists on a clean end of file; bufio may not have handed it all on.
+	return &debInfo{
+		control: control,
+		size:    hr.n,
+		md5:     hex.EncodeToString(hr.hash[0].Sum(nil)),
+		sha1:    hex.EncodeToString(hr.hash[1].Sum(nil)),
+		sha256:  hex.EncodeToString(hr.hash[2].Sum(nil)),
+		sha512:  hex.EncodeToString(hr.hash[3].Sum(nil)),
+	}, nil
+}
+
+const (
+	arMagic      = "!<arch>\n"
+	arHeaderSize = 60
+)
+
+// parseAr walks the ar members of a .deb (deb(5)): debian-binary first,
+// then control.tar[.gz|.xz|.zst], then data.tar*; members named "_..." are
+// reserved for local use and skipped, as are members after data.tar.
+func parseAr(br *bufio.Reader) (Paragraph, error) {
+	var magic [len(arMagic)]byte
+	if _, err := io.ReadFull(br, magic[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: too short for an ar archive", ErrNotDeb)
+		}
+		return nil, err
+	}
+	if string(magic[:]) != arMagic {
+		return nil, fmt.Errorf("%w: no ar archive signature", ErrNotDeb)
+	}
+
+	var (
+		control  Paragraph
+		sawData  bool
+		hdr      [arHeaderSize]byte
+		index    int
+		previous string
+	)
+	for ; ; index++ {
+		n, err := io.ReadFull(br, hdr[:])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// A lone newline is the padding of an odd-sized last member.
+			if n == 1 && hdr[0] == '\n' {
+				break
+			}
+			return nil, fmt.Errorf("%w: partial ar member header after %s", ErrTruncated, previous)
+		}
+		if err != nil {
+			return nil, err
+		}
+		name, size, err := parseArHeader(hdr[:])
+		if err != nil {
+			if index == 0 {
+				return nil, fmt.Errorf("%w: %v", ErrNotDeb, err)
+			}
+			return nil, fmt.Errorf("ar member %d: %w", index+1, err)
+		}
+		previous = name
+		body := &io.LimitedReader{R: br, N: size}
+
+		switch {
+		case index == 0:
+			if name != "debian-binary" {
+				return nil, fmt.Errorf("%w: first member is %q, not debian-binary", ErrNotDeb, name)
+			}
+			if size > maxDebianBinary {
+				return nil, fmt.Errorf("%w: debian-binary member of %d bytes", ErrNotDeb, size)
+			}
+			b, err := io.ReadAll(body)
+			if err != nil {
+				return nil, err
+			}
+			if int64(len(b)) < size {
+				return nil, fmt.Errorf("%w: in debian-binary", ErrTruncated)
+			}
+			if !strings.HasPrefix(string(b), "2.") {
+				return nil, fmt.Errorf("unsupported .deb format version %q", strings.TrimSpace(string(b)))
+			}
+		case strings.HasPrefix(name, "_"), sawData:
+			// Reserved for local use, or after data.tar: ignored by dpkg too.
+		case strings.HasPrefix(name, "control.tar"):
+			if control != nil {
+				return nil, fmt.Errorf("second control member %q", name)
+			}
+			if size > maxControlMember {
+				return nil, fmt.Errorf("control member %s is %d bytes, more than the %d allowed", name, size, maxControlMember)
+			}
+			control, err = readControlMember(name, body)
+			if err != nil {
+				if body.N > 0 && isUnexpectedEOF(err) {
+					return nil, fmt.Errorf("%w: in %s", ErrTruncated, name)
+				}
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		case strings.HasPrefix(name, "data.tar"):
+			if control == nil {
+				return nil, fmt.Errorf("%s comes before the control member", name)
+			}
+			sawData = true
+		default:
+			return nil, fmt.Errorf("unexpected ar member %q", name)
+		}
+
+		// Skip what the member's reader left, and the padding to an even
+		// offset. Skipped bytes are still hashed on their way through.
+		if err := discard(br, body.N); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("%w: in %s (%d of %d bytes missing)", ErrTruncated, name, body.N, size)
+			}
+			return nil, err
+		}
+		if size%2 == 1 {
+			if b, err := br.ReadByte(); err == nil && b != '\n' {
+				return nil, fmt.Errorf("bad padding after %s", name)
+			} else if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+		}
+	}
+	switch {
+	case index == 0:
+		return nil, fmt.Errorf("%w: empty ar archive", ErrNotDeb)
+	case control == nil:
+		return nil, fmt.Errorf("%w: no control member", ErrTruncated)
+	case !sawData:
+		return nil, fmt.Errorf("%w: no data member", ErrTruncated)
+	}
+	return control, nil
+}
+
+// parseArHeader returns the member name and size of a common-format ar
+// header. Other header fields (times, owners, mode) do not matter here.
+func parseArHeader(h []byte) (string, int64, error) {
+	if string(h[58:60]) != "`\n" {
+		return "", 0, errors.New("bad ar member header")
+	}
+	name := strings.TrimRight(string(h[0:16]), " ")
+	// GNU ar ends names with a slash; dpkg accepts that too.
+	name = strings.TrimSuffix(name, "/")
+	if name == "" {
+		return "", 0, errors.New("ar member without a name")
+	}
+	sizeField := strings.TrimRight(string(h[48:58]), " ")
+	size, err := strconv.ParseInt(sizeField, 10, 64)
+	if err != nil || size < 0 || sizeField == "" || sizeField[0] == '+' {
+		return "", 0, fmt.Errorf("bad size %q in ar member header of %q", sizeField, name)
+	}
+	return name, size, nil
+}
+
+// discard reads and drops n bytes, which still pass through the hashes.
+func discard(br *bufio.Reader, n int64) error {
+	for n > 0 {
+		chunk := n
+		if chunk > 1<<30 {
+			chunk = 1 << 30
+		}
+		k, err := br.Discard(int(chunk))
+		n -= int64(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isUnexpectedEOF(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// errTooLarge marks input past one of the limits above.
+var errTooLarge = errors.New("too large")
+
+// cappedReader fails, rather than silently stopping, once more than n bytes
+// have been read: a decompression bomb is an error, not a short file.
+type cappedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		return 0, fmt.Errorf("control member decompresses to more than %d bytes: %w", maxControlTar, errTooLarge)
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
+}
+
+// readControlMember decompresses a control.tar member and parses the
+// control file in it. r yields exactly the member's bytes.
+func readControlMember(name string, r io.Reader) (Paragraph, error) {
+	var tarStream io.Reader
+	switch strings.TrimPrefix(name, "control.tar") {
+	case "":
+		tarStream = r
+	case ".gz":
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		tarStream = zr
+	case ".xz":
+		xr, err := newXZReader(r, maxControlTar)
+		if err != nil {
+			return nil, err
+		}
+		tarStream = xr
+	case ".zst":
+		zr, err := zstd.NewReader(r,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxMemory(maxControlTar),
+			zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		tarStream = zr
+	default:
+		return nil, fmt.Errorf("unsupported control member compression %q", name)
+	}
+
+	tr := tar.NewReader(&cappedReader{r: tarStream, n: maxControlTar})
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("no control file in control member")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimPrefix(hdr.Name, "./") != "control" {
+			continue
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil, fmt.Errorf("control is not a regular file (tar type %q)", hdr.Typeflag)
+		}
+		if hdr.Size > maxControlFile {
+			return nil, fmt.Errorf("control file of %d bytes, more than the %d allowed: %w", hdr.Size, maxControlFile, errTooLarge)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, err
+		}
+		return ParseControl(b)
+	}
+}
+
+// maxZstdWindow bounds the history a zstd frame can make us allocate. The
+// zstd format asks decoders to support 8 MiB; dpkg's default level needs 2.
+const maxZstdWindow = 16 << 20
