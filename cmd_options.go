@@ -1,0 +1,34 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+func init() {
+	register(command{name: "options", summary: "list every setting: HCL key, environment variable, flag, type, default, allowed values", run: runOptions})
+}
+
+func runOptions(args []string) int {
+	fs := pflag.NewFlagSet("options", pflag.ContinueOnError)
+	format := fs.String("format", "text", "output format: text|markdown|json")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm options [--format text|markdown|json]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == pflag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if err := gpustack.WriteTable(os.Stdout, *format); err != nil {
+		fmt.Fprintln(os.Stderr, "options:", err)
+		return 2
+	}
+	return 0
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+func init() {
+	register(command{name: "plan", summary: "print the steps the options produce for a target, without touching anything", run: runPlan})
+}
+
+func runPlan(args []string) int {
+	fs := pflag.NewFlagSet("plan", pflag.ContinueOnError)
+	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
+	release := fs.String("release", "13", "target release: 12, 13, 22.04, 24.04")
+	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
+	kernels := fs.StringSlice("kernel", nil, "a kernel version installed in the image (repeat for several); none: resolved at build time")
+	collect := gpustack.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm plan [--distribution D --release R --kernel K ...] [setting flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == pflag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plan:", err)
+		return 2
+	}
+	t := gpustack.Target{Distro: *distro, Version: *release, Arch: *arch, Kernels: *kernels, KernelsAtBuildTime: len(*kernels) == 0}
+	p, err := gpustack.NewPlan(res.Options, t)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plan:", err)
+		return 1
+	}
+	fmt.Print(p.Text())
+	return 0
+}
