@@ -2,14 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-
-	"github.com/spf13/pflag"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 )
@@ -23,117 +17,7 @@ func init() {
 }
 
 func runRepo(args []string) int {
-	return repoMain(args, os.Stdout, os.Stderr)
-}
-
-func repoMain(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("repo", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		debs          = fs.String("debs", "", "directory holding the .deb files (required)")
-		out           = fs.String("out", "", "repository directory to create or replace")
-		inPlace       = fs.Bool("in-place", false, "write the index beside the .debs in --debs instead of into --out")
-		link          = fs.Bool("link", false, "hard-link the .debs into --out instead of copying them (copies across file systems)")
-		keyFile       = fs.String("key", "", "armored OpenPGP private key file (default: a fresh Ed25519 key, discarded after signing)")
-		passphraseEnv = fs.String("passphrase-env", "", "name of the environment variable holding the --key passphrase")
-		origin        = fs.String("origin", "podvm", "Origin field of Release")
-		label         = fs.String("label", "podvm local packages", "Label field of Release")
-	)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: packer-plugin-podvm repo --debs DIR (--out DIR | --in-place) [flags]
-
-Indexes the .debs in DIR as a flat apt repository (Packages, Packages.gz,
-Release, InRelease, Release.gpg, keyring.gpg, keyring.asc) and signs it.
-Release's Date comes from SOURCE_DATE_EPOCH when set, else the current time;
-the same .debs, key and SOURCE_DATE_EPOCH give byte-identical output.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	usageErr := func(msg string) int {
-		fmt.Fprintf(stderr, "repo: %s\n", msg)
-		fs.Usage()
-		return 2
-	}
-	switch {
-	case fs.NArg() > 0:
-		return usageErr(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
-	case *debs == "":
-		return usageErr("--debs is required")
-	case *inPlace && *link:
-		return usageErr("--link makes no sense with --in-place")
-	case *inPlace && *out != "" && filepath.Clean(*out) != filepath.Clean(*debs):
-		return usageErr("--in-place writes into --debs; --out must be omitted or the same directory")
-	case !*inPlace && *out == "":
-		return usageErr("--out is required (or --in-place)")
-	case *passphraseEnv != "" && *keyFile == "":
-		return usageErr("--passphrase-env needs --key")
-	}
-
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "repo: %v\n", err)
-		return 1
-	}
-	date, err := aptrepo.DateFromEnvironment()
-	if err != nil {
-		return fail(err)
-	}
-	var signer *aptrepo.Signer
-	if *keyFile != "" {
-		signer, err = aptrepo.LoadSigner(*keyFile, *passphraseEnv, date)
-	} else {
-		signer, err = aptrepo.NewEphemeralSigner("podvm local packages, ephemeral key", date)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	defer signer.Discard()
-
-	opts := aptrepo.Options{
-		DebDir: *debs,
-		Out:    *out,
-		Origin: *origin,
-		Label:  *label,
-		Date:   date,
-		Signer: signer,
-	}
-	switch {
-	case *inPlace:
-		opts.Out, opts.Placement = *debs, aptrepo.IndexOnly
-	case *link:
-		opts.Placement = aptrepo.HardLink
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := aptrepo.Build(ctx, opts)
-	if err != nil {
-		return fail(err)
-	}
-	for _, p := range res.Packages {
-		fmt.Fprintf(stdout, "  %s %s %s  %s\n", p.Name, p.Version, p.Architecture, p.SHA256)
-	}
-	fmt.Fprintf(stdout, "repo: %d packages, %s, key %s, %.2fs -> %s\n",
-		len(res.Packages), humanBytes(res.TotalBytes), res.Fingerprint, res.Elapsed.Seconds(), res.Dir)
-	return 0
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	return aptrepo.RunCommand(ctx, args, os.Stdout, os.Stderr)
 }
