@@ -28,6 +28,11 @@ const (
 	maxControlTar    = 64 << 20 // bytes decompressed from it
 	maxControlFile   = 4 << 20  // the control file itself
 	maxDebianBinary  = 64       // the "2.0\n" member
+	// maxXZDict bounds the LZMA2 dictionary allocated for control.tar.xz.
+	// dpkg compresses with xz -6, whose dictionary is 8 MiB; a stream made
+	// with a larger one still decodes unless it refers back further than
+	// 8 MiB before the control file, which comes first in the member.
+	maxXZDict = 8 << 20
 )
 
 var (
@@ -165,7 +170,7 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 			return nil, fmt.Errorf("ar member %d: %w", index+1, err)
 		}
 		previous = name
-		body := &io.LimitedReader{R: br, N: size}
+		body := &memberReader{r: br, n: size}
 
 		switch {
 		case index == 0:
@@ -176,11 +181,11 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 				return nil, fmt.Errorf("%w: debian-binary member of %d bytes", ErrNotDeb, size)
 			}
 			b, err := io.ReadAll(body)
+			if body.truncated {
+				return nil, fmt.Errorf("%w: in debian-binary", ErrTruncated)
+			}
 			if err != nil {
 				return nil, err
-			}
-			if int64(len(b)) < size {
-				return nil, fmt.Errorf("%w: in debian-binary", ErrTruncated)
 			}
 			if !strings.HasPrefix(string(b), "2.") {
 				return nil, fmt.Errorf("unsupported .deb format version %q", strings.TrimSpace(string(b)))
@@ -196,7 +201,9 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 			}
 			control, err = readControlMember(name, body)
 			if err != nil {
-				if body.N > 0 && isUnexpectedEOF(err) {
+				// Decompressors report a short input in their own words;
+				// what matters is that the file ended inside the member.
+				if body.truncated {
 					return nil, fmt.Errorf("%w: in %s", ErrTruncated, name)
 				}
 				return nil, fmt.Errorf("%s: %w", name, err)
@@ -212,9 +219,9 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 
 		// Skip what the member's reader left, and the padding to an even
 		// offset. Skipped bytes are still hashed on their way through.
-		if err := discard(br, body.N); err != nil {
+		if err := discard(br, body.n); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("%w: in %s (%d of %d bytes missing)", ErrTruncated, name, body.N, size)
+				return nil, fmt.Errorf("%w: in %s (%d of %d bytes missing)", ErrTruncated, name, body.n, size)
 			}
 			return nil, err
 		}
@@ -273,8 +280,28 @@ func discard(br *bufio.Reader, n int64) error {
 	return nil
 }
 
-func isUnexpectedEOF(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+// memberReader yields the n bytes of one ar member and notes whether the
+// file ended before them.
+type memberReader struct {
+	r         io.Reader
+	n         int64
+	truncated bool
+}
+
+func (m *memberReader) Read(p []byte) (int, error) {
+	if m.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > m.n {
+		p = p[:m.n]
+	}
+	n, err := m.r.Read(p)
+	m.n -= int64(n)
+	if errors.Is(err, io.EOF) && m.n > 0 {
+		m.truncated = true
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
 }
 
 // errTooLarge marks input past one of the limits above.
@@ -314,7 +341,7 @@ func readControlMember(name string, r io.Reader) (Paragraph, error) {
 		defer zr.Close()
 		tarStream = zr
 	case ".xz":
-		xr, err := newXZReader(r, maxControlTar)
+		xr, err := newXZReader(r, maxXZDict)
 		if err != nil {
 			return nil, err
 		}

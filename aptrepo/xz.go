@@ -13,19 +13,20 @@ import (
 )
 
 // newXZReader returns the decompressed first block of an xz stream (the
-// .xz container format), decoding LZMA2 with a dictionary of at most limit
-// bytes.
+// .xz container format), decoding LZMA2 with a dictionary of at most
+// dictLimit bytes.
 //
 // github.com/ulikunitz/xz's own reader allocates whatever dictionary the
 // block header asks for, up to 4 GiB, which a hostile .deb could use to
-// exhaust memory. We stop after limit bytes of output anyway, and no match
-// can reach further back than the output so far, so a dictionary of
-// min(header's size, limit) decodes every stream we accept.
+// exhaust memory. A smaller dictionary still decodes any stream whose
+// matches reach back no further than dictLimit bytes, and a control
+// member's control file comes before anything large; a stream that
+// reaches further fails to decode rather than costing memory.
 //
 // Only the first block is decoded: dpkg writes control members as a single
 // block, and the control file comes first in them. The block's check field
 // is not verified; the whole .deb's SHA256 is what apt relies on.
-func newXZReader(r io.Reader, limit int64) (io.Reader, error) {
+func newXZReader(r io.Reader, dictLimit int64) (io.Reader, error) {
 	br := bufio.NewReader(r)
 
 	var sh [12]byte // magic, stream flags, CRC32 of the flags
@@ -63,7 +64,7 @@ func newXZReader(r io.Reader, limit int64) (io.Reader, error) {
 		return nil, err
 	}
 
-	dictCap := min(dictSize, limit)
+	dictCap := min(dictSize, dictLimit)
 	dictCap = max(dictCap, lzma.MinDictCap)
 	lr, err := lzma.Reader2Config{DictCap: int(dictCap)}.NewReader2(br)
 	if err != nil {
