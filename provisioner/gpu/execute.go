@@ -1,0 +1,280 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+// StepError is a failed plan step: which one, and why.
+type StepError struct {
+	Index, Total int
+	ID, Title    string
+	Err          error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("podvm-gpu step [%d/%d] %s (%s) failed: %v", e.Index, e.Total, e.ID, e.Title, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// executor runs a Plan. It switches on action types only; everything
+// distro-specific is in the actions' data.
+type executor struct {
+	r       *runner
+	ui      packersdk.Ui
+	http    *http.Client
+	indexer indexer
+	plan    *gpustack.Plan
+	// keys caches fetched keys by URL: several sources may share one.
+	keys map[string][]byte
+}
+
+func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
+	start := e.r.now()
+	e.ui.Say("podvm-gpu: detecting the image")
+	t, err := detect(ctx, e.r)
+	if err != nil {
+		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
+	}
+	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
+	plan, err := gpustack.NewPlan(o, t)
+	if err != nil {
+		return fmt.Errorf("podvm-gpu: planning for %s: %w", t, err)
+	}
+	e.plan = plan
+	for _, n := range plan.Notes {
+		e.ui.Say("podvm-gpu: " + n)
+	}
+	if len(plan.Steps) == 0 {
+		e.ui.Say("podvm-gpu: nothing to do")
+		return nil
+	}
+	if d := plan.Driver; d.Branch != "" {
+		e.ui.Say(fmt.Sprintf("podvm-gpu: driver branch %s (%s modules, from %s) for kernels %s",
+			d.Branch, d.Flavour, d.Source, strings.Join(plan.Kernels, " ")))
+	}
+	n := len(plan.Steps)
+	for i, s := range plan.Steps {
+		stepStart := e.r.now()
+		e.ui.Say(fmt.Sprintf("[%d/%d] %s", i+1, n, s.Title))
+		for _, a := range s.Actions {
+			if err := e.do(ctx, a); err != nil {
+				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("podvm-gpu: cancelled during step [%d/%d] %s: %w", i+1, n, s.ID, err)
+				}
+				return &StepError{Index: i + 1, Total: n, ID: s.ID, Title: s.Title, Err: err}
+			}
+		}
+		e.ui.Say(fmt.Sprintf("[%d/%d] %s: done in %s", i+1, n, s.ID, e.since(stepStart)))
+	}
+	e.ui.Say(fmt.Sprintf("podvm-gpu: %d steps done in %s", n, e.since(start)))
+	return nil
+}
+
+func (e *executor) since(t time.Time) time.Duration {
+	return e.r.now().Sub(t).Round(100 * time.Millisecond)
+}
+
+// aptPrefix makes apt-get noninteractive and keeps existing config files,
+// so a rerun or an image with edited configs never stops at a prompt.
+const aptPrefix = "DEBIAN_FRONTEND=noninteractive apt-get -y -o Acquire::Retries=3 " +
+	"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold"
+
+func (e *executor) do(ctx context.Context, a gpustack.Action) error {
+	switch a := a.(type) {
+	case gpustack.AptComponents:
+		return e.aptComponents(ctx, a)
+	case gpustack.AptSource:
+		return e.aptSource(ctx, a)
+	case gpustack.AptPin:
+		return e.writeFile(ctx, a.Path(), []byte(a.Preferences()), 0o644, "root:root")
+	case gpustack.AptUpdate:
+		_, err := e.r.runApt(ctx, aptPrefix+" update")
+		return err
+	case gpustack.Install:
+		cmd := aptPrefix + " install"
+		if a.NoRecommends {
+			cmd += " --no-install-recommends"
+		}
+		_, err := e.r.runApt(ctx, cmd+" "+quoteAll(a.Packages...))
+		return err
+	case gpustack.WriteFile:
+		return e.writeFile(ctx, a.Path, []byte(a.Content), a.Mode, a.Owner)
+	case gpustack.EnableUnits:
+		// systemctl enable works offline (in a chroot, without a running
+		// systemd): it only creates the wants symlinks.
+		_, err := e.r.run(ctx, "systemctl enable "+quoteAll(a.Units...))
+		return err
+	case gpustack.BuildModules:
+		for _, k := range a.Kernels {
+			if _, err := e.r.run(ctx, "dkms autoinstall -k "+shellQuote(k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case gpustack.CheckModules:
+		return e.checkModules(ctx, a.Kernels, a.Modules)
+	case gpustack.UpdateInitramfs:
+		for _, k := range a.Kernels {
+			// Only an initramfs that exists is rebuilt: an image that boots
+			// without one loads nouveau from the root file system, where
+			// the modprobe.d blacklist already applies.
+			cmd := fmt.Sprintf(`if command -v update-initramfs >/dev/null 2>&1 && [ -e /boot/initrd.img-%[1]s ]; then update-initramfs -u -k %[1]s; else echo "no initramfs for %[1]s; nothing to update"; fi`, shellQuote(k))
+			if _, err := e.r.run(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return nil
+	case gpustack.ToolkitConfig:
+		args := []string{"nvidia-ctk", "config", "--in-place", "--config=" + a.Path}
+		for _, kv := range a.Settings {
+			args = append(args, "--set", kv.Key+"="+kv.Value)
+		}
+		_, err := e.r.run(ctx, quoteAll(args...))
+		return err
+	case gpustack.BakeRepo:
+		return e.bake(ctx, a)
+	case gpustack.VerifyRepo:
+		_, err := e.r.run(ctx, verifyRepoCommand(a))
+		return err
+	case gpustack.VerifyExecutable:
+		cmd := `for p in ` + quoteAll(a.Paths...) + `; do if [ -f "$p" ] && [ -x "$p" ]; then echo "$p: executable"; else echo "$p: missing or not executable" >&2; exit 1; fi; done`
+		_, err := e.r.run(ctx, cmd)
+		return err
+	}
+	return fmt.Errorf("internal error: no handler for plan action %T", a)
+}
+
+func (e *executor) checkModules(ctx context.Context, kernels, modules []string) error {
+	for _, k := range kernels {
+		for _, m := range modules {
+			if _, err := e.r.run(ctx, "modinfo -k "+shellQuote(k)+" -F filename "+shellQuote(m)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeFile puts content at path with mode and owner. Content is staged
+// under the remote folder and installed by a command, so it works for a
+// non-root SSH user with sudo in execute_command. A file already in place
+// with the same content, mode and owner is left untouched, so a rerun
+// changes nothing.
+func (e *executor) writeFile(ctx context.Context, path string, content []byte, mode fs.FileMode, owner string) error {
+	user, group, ok := strings.Cut(owner, ":")
+	if !ok {
+		group = user
+	}
+	if user == "" {
+		user, group = "root", "root"
+	}
+	staged, err := e.r.stage(ctx, baseName(path), content)
+	if err != nil {
+		return err
+	}
+	m := fmt.Sprintf("%o", mode.Perm())
+	s, p := shellQuote(staged), shellQuote(path)
+	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then echo "%[2]s: unchanged"; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
+		s, p, shellQuote(m+":"+user+":"+group), "0"+m, shellQuote(user), shellQuote(group))
+	_, err = e.r.run(ctx, cmd)
+	return err
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// aptComponents enables components of the image's own archive by writing
+// one extra deb822 source for the same URIs and suites; the image's own
+// source files are not edited.
+func (e *executor) aptComponents(ctx context.Context, a gpustack.AptComponents) error {
+	out, err := e.r.query(ctx, cmdListSources)
+	if err != nil {
+		return fmt.Errorf("reading the image's apt sources: %w", err)
+	}
+	entries, err := parseSourceFiles(out)
+	if err != nil {
+		return fmt.Errorf("reading the image's apt sources: %w", err)
+	}
+	archive := archiveEntries(entries, a.Keyring, e.plan.Target.Codename)
+	if len(archive) == 0 {
+		return fmt.Errorf("no apt source of the image's own archive found (signed by %s, or unsigned with suites %s*) in /etc/apt/sources.list or /etc/apt/sources.list.d",
+			a.Keyring, e.plan.Target.Codename)
+	}
+	text := componentsDeb822(archive, a.Components)
+	if text == "" {
+		e.ui.Say(fmt.Sprintf("components %s already enabled", strings.Join(a.Components, " ")))
+		_, err := e.r.run(ctx, "rm -f "+componentsSources)
+		return err
+	}
+	return e.writeFile(ctx, componentsSources, []byte(text), 0o644, "root:root")
+}
+
+// aptSource installs a repository's keyring, then its source file.
+func (e *executor) aptSource(ctx context.Context, a gpustack.AptSource) error {
+	var keyring []byte
+	var err error
+	switch k := a.Key; {
+	case k.InImage:
+	case k.File != "":
+		if keyring, err = keyFile(k.File); err != nil {
+			return err
+		}
+	case k.URL != "":
+		keyring = e.keys[k.URL]
+		if keyring == nil {
+			e.ui.Say(fmt.Sprintf("fetching %s on the build host (fingerprint %s)", k.URL, strings.Join(k.Fingerprints, " or ")))
+			if keyring, err = fetchKey(ctx, e.http, k.URL, k.Fingerprints); err != nil {
+				return err
+			}
+			if e.keys == nil {
+				e.keys = map[string][]byte{}
+			}
+			e.keys[k.URL] = keyring
+		}
+	default:
+		return fmt.Errorf("apt source %s: no key", a.Name)
+	}
+	if keyring != nil {
+		if err := e.writeFile(ctx, a.Keyring, keyring, 0o644, "root:root"); err != nil {
+			return err
+		}
+	}
+	return e.writeFile(ctx, a.SourcesPath(), []byte(a.Deb822()), 0o644, "root:root")
+}
+
+// aptPrivate are apt options that confine apt to a private directory $d:
+// its own sources, preferences, lists, status and caches. The image's apt
+// state is neither read nor written.
+const aptPrivate = `-o Dir::Etc::SourceList="$d/none.list" -o Dir::Etc::SourceParts="$d/sources.list.d" ` +
+	`-o Dir::Etc::Preferences="$d/none.pref" -o Dir::Etc::PreferencesParts="$d/preferences.d" ` +
+	`-o Dir::State::Lists="$d/lists" -o Dir::State::status="$d/status" -o Dir::Cache::archives="$d/archives" ` +
+	`-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Acquire::Languages=none`
+
+// verifyRepoCommand is the offline self-test: apt with the baked repository
+// as its only source and nothing installed must accept the signature and
+// resolve the packages. Any warning from update (a bad signature is one on
+// some apt versions) fails it.
+func verifyRepoCommand(a gpustack.VerifyRepo) string {
+	src := gpustack.AptSource{Name: "local", URI: "file://" + a.Dir, Suites: []string{"./"}, Keyring: a.Keyring}.Deb822()
+	return `d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
+		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && : > "$d/status" && ` +
+		`printf '%s' ` + shellQuote(src) + ` > "$d/sources.list.d/local.sources" && ` +
+		`out=$(apt-get ` + aptPrivate + ` update 2>&1); rc=$?; printf '%s\n' "$out"; [ $rc -eq 0 ] || exit $rc; ` +
+		`if printf '%s\n' "$out" | grep -q '^[WE]:'; then echo "apt reported problems reading the baked repository" >&2; exit 1; fi; ` +
+		`apt-get ` + aptPrivate + ` install -s ` + quoteAll(a.Packages...)
+}
