@@ -1,0 +1,82 @@
+// Package rootfs is the podvm-rootfs Packer builder: it builds a Debian
+// root filesystem in a local directory, with debootstrap or from a tarball
+// or directory, and lets provisioners work on it through a chroot. No
+// cloud account or virtual machine is needed.
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/packer-plugin-sdk/multistep"
+	"github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+)
+
+// Builder is the podvm-rootfs builder.
+type Builder struct {
+	config Config
+}
+
+var _ packersdk.Builder = (*Builder)(nil)
+
+func (b *Builder) ConfigSpec() hcldec.ObjectSpec { return b.config.FlatMapstructure().HCL2Spec() }
+
+func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
+	if err := b.config.Prepare(realHost(), raws...); err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, nil
+}
+
+func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
+	sess := newSession(ui)
+	// Deferred so it also runs when a step panics, and when -on-error=abort
+	// skips the steps' cleanups: the tree is kept then, its mounts are not.
+	defer func() {
+		if err := sess.release(); err != nil {
+			ui.Error(err.Error())
+		}
+	}()
+
+	state := new(multistep.BasicStateBag)
+	state.Put("config", &b.config)
+	state.Put("hook", hook)
+	state.Put("ui", ui)
+	state.Put("session", sess)
+
+	runner := commonsteps.NewRunnerWithPauseFn(b.steps(), b.config.PackerConfig, ui, state)
+	runner.Run(ctx, state)
+
+	if err, ok := state.GetOk("error"); ok {
+		return nil, err.(error)
+	}
+	if _, ok := state.GetOk(multistep.StateCancelled); ok {
+		return nil, errors.New("build was cancelled")
+	}
+	if _, ok := state.GetOk(multistep.StateHalted); ok {
+		return nil, errors.New("build was halted")
+	}
+	a := &Artifact{Dir: b.config.OutputDirectory, Tarball: b.config.OutputTarball}
+	ui.Say(fmt.Sprintf("%s", a))
+	return a, nil
+}
+
+func (b *Builder) steps() []multistep.Step {
+	files := &stepChrootFiles{}
+	steps := []multistep.Step{
+		&stepLock{},
+		&stepOutputDir{},
+		&stepSource{},
+		&stepMount{},
+		files,
+		&commonsteps.StepProvision{},
+		&stepTeardown{files: files},
+	}
+	if b.config.OutputTarball != "" {
+		steps = append(steps, &stepExport{})
+	}
+	return steps
+}

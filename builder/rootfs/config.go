@@ -1,0 +1,424 @@
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Config
+
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/packer-plugin-sdk/common"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"github.com/hashicorp/packer-plugin-sdk/template/config"
+	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
+)
+
+// Source types.
+const (
+	sourceDebootstrap = "debootstrap"
+	sourceTarball     = "tarball"
+	sourceDirectory   = "directory"
+)
+
+// Config is the podvm-rootfs builder's configuration.
+type Config struct {
+	common.PackerConfig `mapstructure:",squash"`
+
+	// Where the root filesystem comes from: `debootstrap` (the default) builds
+	// a fresh Debian tree, `tarball` unpacks `source_path` (.tar, .tar.gz,
+	// .tgz or .tar.zst), `directory` copies the tree at `source_path`.
+	SourceType string `mapstructure:"source_type"`
+	// The tarball or directory to start from; only with source_type
+	// `tarball` or `directory`.
+	SourcePath string `mapstructure:"source_path"`
+
+	// The Debian suite or codename to bootstrap, for example `trixie`.
+	// Required with source_type `debootstrap`.
+	Suite string `mapstructure:"suite"`
+	// The archive to bootstrap from (http, https or file URL). Defaults to the
+	// first Debian archive in the host's apt sources, else debootstrap's own
+	// default.
+	Mirror string `mapstructure:"mirror"`
+	// debootstrap's --variant: `minbase` or `buildd`; empty for debootstrap's
+	// default (required and important packages).
+	Variant string `mapstructure:"variant"`
+	// Archive components to enable. Defaults to `["main"]`.
+	Components []string `mapstructure:"components"`
+	// Extra packages debootstrap installs.
+	Include []string `mapstructure:"include"`
+	// An OpenPGP keyring that verifies the mirror's Release file, for a
+	// mirror signed with a key the host does not trust already.
+	Keyring string `mapstructure:"keyring"`
+	// The Debian architecture of the tree. Defaults to the host's; the only
+	// other choice is i386 on an amd64 host, which runs natively.
+	Arch string `mapstructure:"arch"`
+
+	// Where bootstrapped base trees are cached as tarballs, keyed by suite,
+	// variant, components, include, arch, mirror and the UTC day. Defaults to
+	// $PODVM_CACHE/rootfs, else /var/cache/podvm-rootfs.
+	CacheDir string `mapstructure:"cache_dir"`
+	// Always run debootstrap and leave the cache alone.
+	SkipCache bool `mapstructure:"skip_cache"`
+
+	// The directory the root filesystem is built in and left in. It must not
+	// exist or be empty, unless packer runs with -force. Defaults to
+	// `output-<build name>`.
+	OutputDirectory string `mapstructure:"output_directory"`
+	// Also pack the finished tree into this tarball: .tar.zst or .tar.gz.
+	OutputTarball string `mapstructure:"output_tarball"`
+
+	// mirrorOrigin says where Mirror came from, for the build log.
+	mirrorOrigin string
+	ctx          interpolate.Context
+}
+
+// host is what validation needs to know about the machine it runs on, so
+// that tests can describe another one.
+type host struct {
+	euid     int
+	arch     string // Debian architecture name
+	lookPath func(string) (string, error)
+	getwd    func() (string, error)
+	getenv   func(string) string
+	aptDir   string // normally /etc/apt
+}
+
+func realHost() host {
+	return host{
+		euid:     os.Geteuid(),
+		arch:     debianArch(runtime.GOARCH),
+		lookPath: exec.LookPath,
+		getwd:    os.Getwd,
+		getenv:   os.Getenv,
+		aptDir:   "/etc/apt",
+	}
+}
+
+// debianArch maps a Go architecture to Debian's name for it. The plugin
+// runs on the build host, so its GOARCH is the host's.
+func debianArch(goarch string) string {
+	switch goarch {
+	case "386":
+		return "i386"
+	case "arm":
+		return "armhf"
+	case "ppc64le":
+		return "ppc64el"
+	case "mips64le":
+		return "mips64el"
+	case "loong64":
+		return "loong64"
+	}
+	return goarch
+}
+
+const defaultCacheDir = "/var/cache/podvm-rootfs"
+
+var (
+	// Debian suite and codename names; also safe in a file name.
+	suiteRE = regexp.MustCompile(`^[a-z][a-z0-9.-]*$`)
+	// Debian policy 5.6.7: lower case, digits, + - . ; at least two long.
+	packageRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	componentRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	archRE      = regexp.MustCompile(`^[a-z0-9]+$`)
+)
+
+var (
+	sourceTypes     = []string{sourceDebootstrap, sourceTarball, sourceDirectory}
+	variants        = []string{"minbase", "buildd"}
+	inputTarballs   = []string{".tar", ".tar.gz", ".tgz", ".tar.zst"}
+	outputTarballs  = []string{".tar.zst", ".tar.gz"}
+	mirrorSchemes   = []string{"http", "https", "file"}
+	debootstrapOnly = []string{"suite", "mirror", "variant", "components", "include", "keyring"}
+)
+
+// Prepare decodes raws into c, fills in defaults and validates every
+// setting, reporting all problems at once.
+func (c *Config) Prepare(h host, raws ...interface{}) error {
+	err := config.Decode(c, &config.DecodeOpts{
+		PluginType:         "podvm-rootfs",
+		Interpolate:        true,
+		InterpolateContext: &c.ctx,
+	}, raws...)
+	if err != nil {
+		return err
+	}
+	// Defaults come after Decode: with HCL2 input Decode zeroes the struct.
+	var errs *packersdk.MultiError
+	add := func(format string, a ...any) {
+		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf(format, a...))
+	}
+
+	if h.euid != 0 {
+		add("podvm-rootfs must run as root: it runs debootstrap, chroot and mount (run packer with sudo)")
+	}
+	for _, tool := range []string{"chroot", "tar"} {
+		if _, err := h.lookPath(tool); err != nil {
+			add("%s not found in PATH: the podvm-rootfs builder needs it", tool)
+		}
+	}
+
+	if c.SourceType == "" {
+		c.SourceType = sourceDebootstrap
+	}
+	switch c.SourceType {
+	case sourceDebootstrap:
+		c.prepareDebootstrap(h, add)
+	case sourceTarball, sourceDirectory:
+		c.prepareExisting(add)
+	default:
+		add("source_type: %q is not a source type; use one of %s", c.SourceType, quoteList(sourceTypes))
+	}
+
+	c.prepareCache(h, add)
+	c.prepareOutput(h, add)
+
+	if errs != nil && len(errs.Errors) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
+	if c.SourcePath != "" {
+		add("source_path: %q is only used with source_type %q or %q, not %q", c.SourcePath, sourceTarball, sourceDirectory, sourceDebootstrap)
+	}
+	if _, err := h.lookPath("debootstrap"); err != nil {
+		add("source_type %q: debootstrap not found in PATH; install the debootstrap package", sourceDebootstrap)
+	}
+
+	switch {
+	case c.Suite == "":
+		add("suite: required with source_type %q; set a Debian suite or codename such as \"trixie\"", sourceDebootstrap)
+	case !suiteRE.MatchString(c.Suite):
+		add("suite: %q is not a suite name; use lower-case letters, digits, '.' and '-', such as \"trixie\"", c.Suite)
+	}
+
+	if c.Mirror == "" {
+		c.Mirror, c.mirrorOrigin = hostMirror(h.aptDir, c.Suite)
+	} else {
+		c.mirrorOrigin = "the mirror setting"
+		if err := checkMirror(c.Mirror); err != nil {
+			add("mirror: %q %v", c.Mirror, err)
+		}
+	}
+
+	if c.Variant != "" && !slices.Contains(variants, c.Variant) {
+		add("variant: %q is not a debootstrap variant this builder supports; use %s, or leave it empty for debootstrap's default", c.Variant, quoteList(variants))
+	}
+
+	if len(c.Components) == 0 {
+		c.Components = []string{"main"}
+	}
+	checkNames("components", c.Components, componentRE, "a component name (lower-case letters, digits and '-', such as \"non-free-firmware\")", add)
+	checkNames("include", c.Include, packageRE, "a Debian package name (lower-case letters, digits, '+', '-' and '.')", add)
+
+	if c.Keyring != "" {
+		if fi, err := os.Stat(c.Keyring); err != nil {
+			add("keyring: %q: %v", c.Keyring, errors.Unwrap(err))
+		} else if !fi.Mode().IsRegular() {
+			add("keyring: %q is not a regular file; give an OpenPGP keyring file", c.Keyring)
+		}
+	}
+
+	if c.Arch == "" {
+		c.Arch = h.arch
+	}
+	allowed := []string{h.arch}
+	if h.arch == "amd64" {
+		// An amd64 kernel runs i386 binaries natively: no emulation needed.
+		allowed = append(allowed, "i386")
+	}
+	if !archRE.MatchString(c.Arch) || !slices.Contains(allowed, c.Arch) {
+		add("arch: %q cannot be built on this %s host; use %s (building for other architectures needs emulation, which this builder does not set up)", c.Arch, h.arch, quoteList(allowed))
+	}
+}
+
+func (c *Config) prepareExisting(add func(string, ...any)) {
+	for _, key := range debootstrapOnly {
+		if c.isSet(key) {
+			add("%s: only used with source_type %q, not %q", key, sourceDebootstrap, c.SourceType)
+		}
+	}
+	if c.SourcePath == "" {
+		add("source_path: required with source_type %q", c.SourceType)
+		return
+	}
+	abs, err := filepath.Abs(c.SourcePath)
+	if err != nil {
+		add("source_path: %q: %v", c.SourcePath, err)
+		return
+	}
+	c.SourcePath = abs
+	fi, err := os.Stat(abs)
+	if err != nil {
+		add("source_path: %q: %v", c.SourcePath, errors.Unwrap(err))
+		return
+	}
+	switch c.SourceType {
+	case sourceTarball:
+		if !fi.Mode().IsRegular() {
+			add("source_path: %q is not a regular file; source_type %q needs a tarball", c.SourcePath, sourceTarball)
+		} else if tarSuffix(abs, inputTarballs) == "" {
+			add("source_path: %q is not a tarball this builder reads; use a file ending in %s", c.SourcePath, quoteList(inputTarballs))
+		}
+	case sourceDirectory:
+		if !fi.IsDir() {
+			add("source_path: %q is not a directory; source_type %q needs one", c.SourcePath, sourceDirectory)
+		}
+	}
+}
+
+func (c *Config) isSet(key string) bool {
+	switch key {
+	case "suite":
+		return c.Suite != ""
+	case "mirror":
+		return c.Mirror != ""
+	case "variant":
+		return c.Variant != ""
+	case "components":
+		return len(c.Components) > 0
+	case "include":
+		return len(c.Include) > 0
+	case "keyring":
+		return c.Keyring != ""
+	}
+	return false
+}
+
+func (c *Config) prepareCache(h host, add func(string, ...any)) {
+	if c.CacheDir == "" {
+		if env := h.getenv("PODVM_CACHE"); env != "" {
+			c.CacheDir = filepath.Join(env, "rootfs")
+		} else {
+			c.CacheDir = defaultCacheDir
+		}
+	}
+	abs, err := filepath.Abs(c.CacheDir)
+	if err != nil {
+		add("cache_dir: %q: %v", c.CacheDir, err)
+		return
+	}
+	c.CacheDir = abs
+	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+		add("cache_dir: %q exists and is not a directory", c.CacheDir)
+	}
+}
+
+func (c *Config) prepareOutput(h host, add func(string, ...any)) {
+	if c.OutputDirectory == "" {
+		c.OutputDirectory = "output-" + c.PackerBuildName
+	}
+	abs, err := filepath.Abs(c.OutputDirectory)
+	if err != nil {
+		add("output_directory: %q: %v", c.OutputDirectory, err)
+		return
+	}
+	out := abs
+	c.OutputDirectory = abs
+	// The directory is removed when a build fails or runs with -force, so it
+	// must not hold anything else of value.
+	if out == "/" {
+		add("output_directory: %q is the host's root; use a directory of its own", out)
+	}
+	if wd, err := h.getwd(); err == nil && within(wd, out) {
+		add("output_directory: %q contains the current directory %q, which a failed build would delete; use a directory of its own", out, wd)
+	}
+	if c.SourceType == sourceDirectory && c.SourcePath != "" && (within(c.SourcePath, out) || within(out, c.SourcePath)) {
+		add("output_directory: %q overlaps source_path %q; they must be separate trees", out, c.SourcePath)
+	}
+	if c.SourceType == sourceTarball && within(c.SourcePath, out) {
+		add("source_path: %q is inside output_directory %q, which the build replaces", c.SourcePath, out)
+	}
+	if within(c.CacheDir, out) || within(out, c.CacheDir) {
+		add("output_directory: %q overlaps cache_dir %q; they must be separate", out, c.CacheDir)
+	}
+	if c.OutputTarball == "" {
+		return
+	}
+	tb, err := filepath.Abs(c.OutputTarball)
+	if err != nil {
+		add("output_tarball: %q: %v", c.OutputTarball, err)
+		return
+	}
+	c.OutputTarball = tb
+	if tarSuffix(tb, outputTarballs) == "" {
+		add("output_tarball: %q has no supported extension; use a name ending in %s", c.OutputTarball, quoteList(outputTarballs))
+	}
+	if within(tb, out) {
+		add("output_tarball: %q is inside output_directory %q; it would pack itself", tb, out)
+	}
+	if fi, err := os.Stat(tb); err == nil && fi.IsDir() {
+		add("output_tarball: %q is a directory; give a file name", tb)
+	}
+}
+
+// checkNames validates a list setting: each entry must match re, and no
+// entry may repeat.
+func checkNames(key string, names []string, re *regexp.Regexp, what string, add func(string, ...any)) {
+	seen := map[string]bool{}
+	for _, n := range names {
+		switch {
+		case !re.MatchString(n):
+			add("%s: %q is not %s", key, n, what)
+		case seen[n]:
+			add("%s: %q is listed twice", key, n)
+		}
+		seen[n] = true
+	}
+}
+
+func checkMirror(m string) error {
+	u, err := url.Parse(m)
+	if err != nil {
+		return fmt.Errorf("is not a URL: %v", errors.Unwrap(err))
+	}
+	if !slices.Contains(mirrorSchemes, u.Scheme) {
+		return fmt.Errorf("is not a URL debootstrap can fetch from; use a URL with scheme %s", quoteList(mirrorSchemes))
+	}
+	if u.Scheme != "file" && u.Host == "" {
+		return fmt.Errorf("has no host; use a URL such as http://HOST/debian")
+	}
+	if u.Scheme == "file" && u.Path == "" {
+		return fmt.Errorf("has no path; use a URL such as file:///srv/mirror/debian")
+	}
+	if strings.ContainsAny(m, " \t\n") {
+		return fmt.Errorf("contains white space")
+	}
+	return nil
+}
+
+// within reports whether path is dir or lies below it. Both are absolute
+// and clean.
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// tarSuffix returns the suffix of name found in suffixes, or "".
+func tarSuffix(name string, suffixes []string) string {
+	for _, s := range suffixes {
+		if strings.HasSuffix(name, s) {
+			return s
+		}
+	}
+	return ""
+}
+
+func quoteList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}

@@ -1,0 +1,142 @@
+package rootfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/packer-plugin-sdk/multistep"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot/mount"
+)
+
+// stepSource fills the empty output directory: from debootstrap (through
+// the base tree cache), a tarball or a directory.
+type stepSource struct {
+	now func() time.Time // for tests; nil means time.Now
+}
+
+func (s *stepSource) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
+	cfg := state.Get("config").(*Config)
+	ui := state.Get("ui").(packersdk.Ui)
+	root := state.Get("session").(*session).root
+	var err error
+	switch cfg.SourceType {
+	case sourceDebootstrap:
+		err = s.bootstrap(ctx, cfg, ui, root)
+	case sourceTarball:
+		err = timed(ui, fmt.Sprintf("Unpacking %s into %s", cfg.SourcePath, root), func() error {
+			return extractTarball(ctx, cfg.SourcePath, root)
+		})
+	case sourceDirectory:
+		err = timed(ui, fmt.Sprintf("Copying %s into %s", cfg.SourcePath, root), func() error {
+			return copyTree(ctx, cfg.SourcePath, root)
+		})
+	}
+	if err != nil {
+		return halt(state, err)
+	}
+	return multistep.ActionContinue
+}
+
+func (s *stepSource) Cleanup(multistep.StateBag) {}
+
+func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui, root string) error {
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	key := newBaseKey(cfg, now())
+	if !cfg.SkipCache {
+		if cached, ok := key.lookup(cfg.CacheDir); ok {
+			err := timed(ui, "Unpacking the cached base tree "+cached, func() error {
+				return extractTarball(ctx, cached, root)
+			})
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			// A damaged entry must not fail every build of the day.
+			ui.Error(fmt.Sprintf("Warning: dropping the unusable cache entry %s; bootstrapping afresh", cached))
+			os.Remove(cached)
+			if err := emptyTree(root); err != nil {
+				return err
+			}
+		}
+	}
+
+	mirror := cfg.Mirror
+	if mirror == "" {
+		mirror = "debootstrap's default mirror"
+	}
+	ui.Say(fmt.Sprintf("Mirror: %s (from %s)", mirror, cfg.mirrorOrigin))
+	what := fmt.Sprintf("Running debootstrap %s (variant %s, %s, components %s", cfg.Suite, key.variantName(), cfg.Arch, strings.Join(cfg.Components, ","))
+	if len(cfg.Include) > 0 {
+		what += ", including " + strings.Join(cfg.Include, ",")
+	}
+	what += ")"
+	err := timed(ui, what, func() error {
+		cmd := exec.Command("debootstrap", debootstrapArgs(cfg, root)...)
+		// The host's locale may not exist in the new tree; perl in the
+		// package scripts would warn about it on every call.
+		cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
+		return runHost(ctx, cmd)
+	})
+	// debootstrap mounts proc and sys in the target and unmounts them from
+	// an exit trap, which a kill skips.
+	if found, serr := mount.Sweep(root, nil); serr != nil {
+		return fmt.Errorf("after debootstrap: %w", serr)
+	} else if len(found) > 0 {
+		ui.Say(fmt.Sprintf("Unmounted what debootstrap left mounted: %s", strings.Join(found, ", ")))
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.SkipCache {
+		return nil
+	}
+
+	entry := cfg.CacheDir + "/" + key.fileName()
+	err = timed(ui, "Saving the base tree to the cache as "+entry, func() error {
+		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
+			return fmt.Errorf("cache_dir: %w", err)
+		}
+		return createTarball(ctx, root, entry)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// The tree itself is fine; only the next build gets slower.
+		ui.Error(fmt.Sprintf("Warning: could not cache the base tree: %v", err))
+		return nil
+	}
+	for _, old := range key.olderEntries(cfg.CacheDir) {
+		if err := os.Remove(old); err == nil {
+			ui.Say("Removed the outdated cache entry " + old)
+		}
+	}
+	return nil
+}
+
+func debootstrapArgs(cfg *Config, root string) []string {
+	args := []string{"--arch=" + cfg.Arch}
+	if cfg.Variant != "" {
+		args = append(args, "--variant="+cfg.Variant)
+	}
+	args = append(args, "--components="+strings.Join(cfg.Components, ","))
+	if len(cfg.Include) > 0 {
+		args = append(args, "--include="+strings.Join(cfg.Include, ","))
+	}
+	if cfg.Keyring != "" {
+		args = append(args, "--keyring="+cfg.Keyring)
+	}
+	args = append(args, cfg.Suite, root)
+	if cfg.Mirror != "" {
+		args = append(args, cfg.Mirror)
+	}
+	return args
+}
