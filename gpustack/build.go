@@ -335,8 +335,10 @@ func gpuSteps(p *Plan, r release, f family) error {
 				{"nvidia-container-cli.no-cgroups", "true"},
 				{"nvidia-container-cli.no-pivot", "true"},
 				{"disable-require", "true"},
-				{"nvidia-container-cli.debug", "/var/log/nvidia-container-toolkit.log"},
-				{"nvidia-container-runtime.debug", "/var/log/nvidia-container-runtime.log"},
+				// Paths other than the commented defaults: nvidia-ctk leaves a
+				// key commented out (off) when set to its example value.
+				{"nvidia-container-cli.debug", "/var/log/nvidia-kata-container.log"},
+				{"nvidia-container-runtime.debug", "/var/log/nvidia-kata-runtime.log"},
 			}})
 		if o.HookMode != HookCDI {
 			p.add("hook", "Installing the kata guest prestart hook",
