@@ -12,7 +12,6 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
-	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 )
 
@@ -72,6 +71,11 @@ func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read key: %w", err)
+	}
+	// ReadArmoredKeyRing reads the first armored block only; a second one
+	// would be silently ignored, so count them first.
+	if n := bytes.Count(data, []byte("-----BEGIN PGP ")); n > 1 {
+		return nil, fmt.Errorf("key %s: holds %d armored blocks, want exactly one key", path, n)
 	}
 	el, err := openpgp.ReadArmoredKeyRing(bytes.NewReader(data))
 	if err != nil {
@@ -172,17 +176,9 @@ func newSigner(e *openpgp.Entity, key openpgp.Key, source string) (*Signer, erro
 		return nil, fmt.Errorf("%s: export public key: %w", source, err)
 	}
 	var arm bytes.Buffer
-	w, err := armor.Encode(&arm, openpgp.PublicKeyType, nil)
-	if err != nil {
+	if err := writeArmored(&arm, openpgp.PublicKeyType, pub.Bytes()); err != nil {
 		return nil, err
 	}
-	if _, err := w.Write(pub.Bytes()); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	arm.WriteByte('\n')
 	return &Signer{
 		entity:      e,
 		key:         key,
@@ -290,25 +286,85 @@ func (s *Signer) config(at time.Time) (*packet.Config, error) {
 	}, nil
 }
 
-// clearsign returns msg as an OpenPGP cleartext-signed message (InRelease).
+// clearsign returns msg, which must end in a newline, as an OpenPGP
+// cleartext-signed message (InRelease).
+//
+// It is assembled here rather than with go-crypto's clearsign package for
+// two reasons. That package leaves out the armor checksum, and gpgv 2.2
+// (what apt runs on Debian 12 and Ubuntu 22.04) then misreads a signature
+// whose base64 needs no padding as running into the END line, so about one
+// RSA signature in three fails to verify. And it signs the final newline
+// too, adding a blank line before the signature; here the output is the
+// form gpg --clearsign writes, as Debian's own InRelease files are.
 func (s *Signer) clearsign(msg []byte, at time.Time) ([]byte, error) {
+	text, ok := bytes.CutSuffix(msg, []byte("\n"))
+	if !ok {
+		return nil, errors.New("clearsign: message does not end in a newline")
+	}
+	// Verifiers drop trailing blanks from each line before hashing; the
+	// signature must be made over the same text.
+	for _, line := range bytes.Split(text, []byte("\n")) {
+		if len(line) > 0 && (line[len(line)-1] == ' ' || line[len(line)-1] == '\t') {
+			return nil, fmt.Errorf("clearsign: line %q ends in a blank", line)
+		}
+	}
 	cfg, err := s.config(at)
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	w, err := clearsign.Encode(&out, s.key.PrivateKey, cfg)
+	var sig bytes.Buffer
+	if err := openpgp.DetachSignText(&sig, s.entity, bytes.NewReader(text), cfg); err != nil {
+		return nil, fmt.Errorf("%s: sign: %w", s.source, err)
+	}
+	p, err := packet.Read(bytes.NewReader(sig.Bytes()))
 	if err != nil {
-		return nil, fmt.Errorf("%s: clearsign: %w", s.source, err)
+		return nil, fmt.Errorf("%s: read back signature: %w", s.source, err)
 	}
-	if _, err := w.Write(msg); err != nil {
-		return nil, fmt.Errorf("%s: clearsign: %w", s.source, err)
+	sp, ok := p.(*packet.Signature)
+	if !ok {
+		return nil, fmt.Errorf("%s: read back signature: got %T", s.source, p)
 	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("%s: clearsign: %w", s.source, err)
+	hashName, ok := armorHashNames[sp.Hash]
+	if !ok {
+		return nil, fmt.Errorf("%s: signature digest %v has no armor name", s.source, sp.Hash)
+	}
+
+	var out bytes.Buffer
+	out.WriteString("-----BEGIN PGP SIGNED MESSAGE-----\nHash: " + hashName + "\n\n")
+	for _, line := range bytes.SplitAfter(text, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("-")) {
+			out.WriteString("- ") // dash escape (RFC 4880, 7.1)
+		}
+		out.Write(line)
 	}
 	out.WriteByte('\n')
+	if err := writeArmored(&out, "PGP SIGNATURE", sig.Bytes()); err != nil {
+		return nil, err
+	}
 	return out.Bytes(), nil
+}
+
+var armorHashNames = map[crypto.Hash]string{
+	crypto.SHA256: "SHA256",
+	crypto.SHA384: "SHA384",
+	crypto.SHA512: "SHA512",
+}
+
+// writeArmored armors data with the CRC-24 checksum line, which gpgv 2.2
+// needs (see clearsign), and a final newline.
+func writeArmored(out *bytes.Buffer, blockType string, data []byte) error {
+	w, err := armor.Encode(out, blockType, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	return nil
 }
 
 // detachSign returns an armored detached signature of msg (Release.gpg).
@@ -317,10 +373,13 @@ func (s *Signer) detachSign(msg []byte, at time.Time) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	if err := openpgp.ArmoredDetachSign(&out, s.entity, bytes.NewReader(msg), cfg); err != nil {
+	var sig bytes.Buffer
+	if err := openpgp.DetachSign(&sig, s.entity, bytes.NewReader(msg), cfg); err != nil {
 		return nil, fmt.Errorf("%s: sign: %w", s.source, err)
 	}
-	out.WriteByte('\n')
+	var out bytes.Buffer
+	if err := writeArmored(&out, "PGP SIGNATURE", sig.Bytes()); err != nil {
+		return nil, err
+	}
 	return out.Bytes(), nil
 }
