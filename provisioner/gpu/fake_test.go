@@ -38,10 +38,10 @@ func debian13() *fakeImage {
 				"deb http://security.debian.org/debian-security trixie-security main\n",
 		},
 		debs: map[string][]byte{
-			"linux-headers-6.12.57+deb13-amd64_6.12.57-1_amd64.deb":        []byte("deb1"),
-			"linux-headers-6.12.57+deb13-common_6.12.57-1_all.deb":         []byte("deb2"),
-			"linux-image-6.12.57+deb13-amd64_6.12.57-1_amd64.deb":          []byte("deb3"),
-			"linux-kbuild-6.12.57+deb13_6.12.57-1_amd64.deb":               []byte("deb4"),
+			"linux-headers-6.12.57+deb13-amd64_6.12.57-1_amd64.deb": []byte("deb1"),
+			"linux-headers-6.12.57+deb13-common_6.12.57-1_all.deb":  []byte("deb2"),
+			"linux-image-6.12.57+deb13-amd64_6.12.57-1_amd64.deb":   []byte("deb3"),
+			"linux-kbuild-6.12.57+deb13_6.12.57-1_amd64.deb":        []byte("deb4"),
 		},
 	}
 }
@@ -58,10 +58,10 @@ func ubuntu2404() *fakeImage {
 				"Components: main universe\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n",
 		},
 		debs: map[string][]byte{
-			"linux-azure-headers-6.8.0-1028_6.8.0-1028.33_all.deb":     []byte("deb1"),
-			"linux-headers-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb":   []byte("deb2"),
-			"linux-image-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb":     []byte("deb3"),
-			"linux-modules-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb":   []byte("deb4"),
+			"linux-azure-headers-6.8.0-1028_6.8.0-1028.33_all.deb":   []byte("deb1"),
+			"linux-headers-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb": []byte("deb2"),
+			"linux-image-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb":   []byte("deb3"),
+			"linux-modules-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb": []byte("deb4"),
 		},
 	}
 }
