@@ -1,0 +1,181 @@
+package mkosi
+
+// Shell text shared by the generated scripts. The scripts run under
+// /bin/sh in mkosi's sandbox on the build host: apt-get and dpkg there are
+// mkosi's wrappers that act on the image ($BUILDROOT), and mkosi-chroot
+// runs a command inside the image.
+
+// prelude checks the target, resolves the image's kernels and defines the
+// helpers the steps call.
+const prelude = `
+die() { echo "podvm: $*" >&2; exit 1; }
+
+[ "$DISTRIBUTION" = "$target_distribution" ] && [ "$RELEASE" = "$target_release" ] ||
+	die "this tree was generated for $target_distribution $target_release, not $DISTRIBUTION $RELEASE; regenerate it with --distribution and --release"
+
+# The image's kernels, never the build host's (uname -r): each
+# /usr/lib/modules/<version> that has its kernel image, in dpkg's version
+# order, oldest first.
+image_kernels() {
+	sorted=
+	for d in "$BUILDROOT"/usr/lib/modules/*/; do
+		[ -d "$d" ] || continue
+		k=$(basename "$d")
+		[ -e "$BUILDROOT/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ] || continue
+		out= placed=
+		for s in $sorted; do
+			if [ -z "$placed" ] && dpkg --compare-versions "$k" lt "$s"; then
+				out="$out $k"
+				placed=1
+			fi
+			out="$out $s"
+		done
+		[ -n "$placed" ] || out="$out $k"
+		sorted=$out
+	done
+	echo $sorted
+}
+
+all_kernels=$(image_kernels)
+[ -n "$all_kernels" ] ||
+	die "no kernel in the image (looked for /usr/lib/modules/<version> with /boot/vmlinuz-<version>); the distro drop-in's Packages= installs one"
+case $kernels_setting in
+newest) kernels=${all_kernels##* } ;;
+all) kernels=$all_kernels ;;
+*)
+	for k in $(echo "$kernels_setting" | tr ',' ' '); do
+		case " $all_kernels " in
+		*" $k "*) ;;
+		*) die "kernels: $k is not installed in the image; installed: $all_kernels" ;;
+		esac
+	done
+	kernels=
+	for k in $all_kernels; do
+		case " $(echo "$kernels_setting" | tr ',' ' ') " in *" $k "*) kernels="$kernels $k" ;; esac
+	done
+	kernels=${kernels# }
+	;;
+esac
+echo "podvm: image kernels: $all_kernels; targeted: $kernels"
+
+installed() {
+	for p in "$@"; do
+		dpkg-query --admindir="$BUILDROOT/var/lib/dpkg" -W -f='${Status}' "$p" 2>/dev/null | grep -q ' installed$' ||
+			die "package $p is not installed in the image"
+	done
+}
+
+exists() {
+	[ -e "$BUILDROOT$1" ] || die "$1 is missing from the image"
+}
+
+executable() {
+	for f in "$@"; do
+		[ -f "$BUILDROOT$f" ] && [ -x "$BUILDROOT$f" ] || die "$f is not an executable file in the image"
+		echo "  executable: $f"
+	done
+}
+
+enable_units() {
+	for u in "$@"; do
+		echo "  enable $u"
+		if [ -x "$BUILDROOT/usr/bin/systemctl" ]; then
+			mkosi-chroot systemctl enable "$u"
+		else
+			systemctl --root="$BUILDROOT" enable "$u"
+		fi
+	done
+}
+
+# check_modules MODULE...: each module exists for each targeted kernel and
+# was built for that kernel (vermagic), not for the build host's.
+check_modules() {
+	for k in $kernels; do
+		for m in "$@"; do
+			f=$(find "$BUILDROOT/usr/lib/modules/$k" -name "$m.ko*" -print -quit)
+			[ -n "$f" ] || die "module $m missing for kernel $k"
+			magic=$(mkosi-chroot modinfo -F vermagic "${f#"$BUILDROOT"}")
+			case "$magic" in
+			"$k "*) echo "  $m for $k: ${f#"$BUILDROOT"}" ;;
+			*) die "module $m in ${f#"$BUILDROOT"} was built for '$magic', not $k" ;;
+			esac
+		done
+	done
+}
+
+# verify_repo DIR KEYRING PACKAGE-TEMPLATES: the offline self-test a
+# driver container runs: apt inside the image with the baked repository
+# as its only source, then a simulated install of each package from it.
+verify_repo() {
+	work=$(mktemp -d "$BUILDROOT/var/tmp/podvm-verify.XXXXXX")
+	inner=${work#"$BUILDROOT"}
+	mkdir -p "$work/parts" "$work/lists/partial" "$work/archives/partial"
+	: >"$work/sources.list"
+	: >"$work/status"
+	printf 'Types: deb\nURIs: file://%s\nSuites: ./\nSigned-By: %s\n' "$1" "$2" >"$work/parts/local.sources"
+	# Paths here never hold spaces (the settings refuse them), so opts
+	# splits safely.
+	opts="-o Dir::Etc::SourceList=$inner/sources.list -o Dir::Etc::SourceParts=$inner/parts
+		-o Dir::State::Lists=$inner/lists -o Dir::Cache::Archives=$inner/archives
+		-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Debug::NoLocking=1"
+	if [ "$repo_closure" = full ]; then
+		# An empty dpkg status, as in a driver container: the repository
+		# alone must satisfy every dependency.
+		opts="$opts -o Dir::State::Status=$inner/status"
+	else
+		opts="$opts --reinstall"
+	fi
+	mkosi-chroot apt-get -q $opts update || die "apt refused the local repository $1"
+	for k in $kernels; do
+		for p in $3; do
+			p=$(echo "$p" | sed "s/{kernel}/$k/g")
+			mkosi-chroot apt-get -q $opts -s install "$p" >/dev/null || die "apt cannot install $p from the local repository $1"
+			echo "  apt: $p installs from $1 alone"
+		done
+	done
+	rm -rf "$work"
+}
+
+# repo_files_only DIR: the repository holds packages, its index, the
+# public keyring and the manifest, nothing else.
+repo_files_only() {
+	for f in "$BUILDROOT$1"/* "$BUILDROOT$1"/.[!.]*; do
+		[ -e "$f" ] || continue
+		case "${f##*/}" in
+		*.deb | Packages | Packages.gz | Release | InRelease | Release.gpg | keyring.gpg | keyring.asc | manifest.json) ;;
+		*) die "unexpected file in the local repository: ${f#"$BUILDROOT"}" ;;
+		esac
+	done
+}
+`
+
+const updateInitramfs = `for k in $kernels; do
+	if [ -x "$BUILDROOT/usr/sbin/update-initramfs" ]; then
+		mkosi-chroot update-initramfs -u -k "$k"
+	else
+		echo "  no update-initramfs in the image for $k: mkosi builds the initrd"
+	fi
+done
+`
+
+// downloadClosure fetches the packages and their whole dependency closure,
+// resolved against an empty dpkg status as a consumer that has nothing
+// installed would resolve it.
+const downloadClosure = `echo "  downloading$pkgs with their dependency closure"
+status=$(mktemp)
+apt-get -q -o Dir::State::Status="$status" -o Dir::Cache::Archives="$repo/" -o APT::Get::Download-Only=true install $pkgs
+rm -rf "$status" "$repo/partial" "$repo/lock"
+chmod 0644 "$repo"/*.deb
+`
+
+const downloadOnly = `echo "  downloading$pkgs"
+(cd "$repo" && apt-get -q download $pkgs)
+chmod 0644 "$repo"/*.deb
+`
+
+// noPrivateKeys fails the build on armored private keys anywhere in the
+// image; the repository's key is made and discarded on the host.
+const noPrivateKeys = `leaks=$(grep -rlsF -e '-----BEGIN PGP PRIVATE KEY BLOCK-----' "$BUILDROOT" | head -n 5)
+[ -z "$leaks" ] || die "private key material in the image: $leaks"
+echo '  no armored OpenPGP private key in the image'
+`
