@@ -155,26 +155,30 @@ func parseDeb822Sources(file, text string) ([]sourceEntry, error) {
 	return out, sc.Err()
 }
 
-// archiveEntries picks the image's own distro archive from its sources:
-// entries signed by the archive keyring, or unsigned entries (trusted by
-// the keyrings in trusted.gpg.d, as debootstrap writes them) whose suites
-// are the image's codename or codename-something. Third-party sources have
-// neither.
+// archiveEntries picks the image's own distro archive from its sources.
+// Entries signed by the archive keyring are it (cloud images and Ubuntu
+// write Signed-By). Only when there are none, unsigned entries (trusted
+// through trusted.gpg.d, as debootstrap writes them) count if every suite is
+// the image's codename or codename-something and they carry "main", which
+// the distro archives always do and e.g. Docker's "stable" repository does
+// not. Our own files are skipped, so a rerun computes the same result.
 func archiveEntries(entries []sourceEntry, keyring, codename string) []sourceEntry {
-	var out []sourceEntry
+	var signed, unsigned []sourceEntry
 	for _, e := range entries {
 		if e.File == componentsSources || strings.HasPrefix(path.Base(e.File), "podvm-") {
 			continue
 		}
 		switch {
 		case e.SignedBy == keyring:
-		case e.SignedBy == "" && codename != "" && allSuitesOf(e.Suites, codename):
-		default:
-			continue
+			signed = append(signed, e)
+		case e.SignedBy == "" && codename != "" && allSuitesOf(e.Suites, codename) && slices.Contains(e.Components, "main"):
+			unsigned = append(unsigned, e)
 		}
-		out = append(out, e)
 	}
-	return out
+	if len(signed) > 0 {
+		return signed
+	}
+	return unsigned
 }
 
 func allSuitesOf(suites []string, codename string) bool {
