@@ -155,11 +155,11 @@ func TestSignaturesVerify(t *testing.T) {
 			if _, err := exec.LookPath("gpgv"); err == nil {
 				run(t, "gpgv", "--keyring", keyring, inRelease)
 				run(t, "gpgv", "--keyring", keyring, releaseGPG, release)
-				// Signatures of every length modulo 3 (armor with and
-				// without base64 padding), each through gpgv.
+				// A few more messages through gpgv: RSA signatures whose
+				// armor needs no base64 padding once failed there.
 				for i := range 6 {
 					m := append(bytes.Repeat([]byte("x"), i), '\n')
-					in, err := s.clearsign(m, date.Add(time.Duration(i)*time.Second))
+					in, err := s.clearsign(m, date)
 					if err != nil {
 						t.Fatal(err)
 					}
