@@ -73,6 +73,8 @@ func (s setter) set(key, value string) {
 	s.sec.keys = append(s.sec.keys, kv{key, v})
 }
 
+// list sets a list setting. mkosi splits these on commas and line breaks
+// (Environment= on spaces), never on spaces within an item.
 func (s setter) list(key string, items []string) {
 	if len(items) == 0 {
 		return
@@ -88,5 +90,9 @@ func (s setter) list(key string, items []string) {
 		}
 		out = append(out, v)
 	}
-	s.sec.keys = append(s.sec.keys, kv{key, strings.Join(out, " ")})
+	sep := ","
+	if key == "Environment" {
+		sep = " "
+	}
+	s.sec.keys = append(s.sec.keys, kv{key, strings.Join(out, sep)})
 }

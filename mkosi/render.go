@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -118,7 +119,7 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	setter{&content, &errp}.list("Packages", p.KernelPackages)
 	dropIn := fmt.Sprintf("mkosi.conf.d/10-%s-%s.conf", t.Distro, t.Codename)
 	r.files.add(dropIn, 0o644, []byte(iniFile(
-		"The image's kernel for "+t.String()+": the GPU modules and the local\nrepository are built for the kernels this installs.",
+		"Settings for "+t.String()+" only: mkosi skips this file for any other\ndistribution, release or architecture. Packages= are the image's kernel, for\nwhich the GPU modules and the local repository are built.",
 		match, content)))
 
 	// mkosi's built-in Debian list includes a -debug suite that mirrors
@@ -396,9 +397,15 @@ func (r *renderer) finish() error {
 			return fmt.Errorf("the packer-plugin-podvm binary must be an absolute path, got %q", r.c.Bin)
 		}
 		// mkosi mounts extra search paths read-only into its sandbox:
-		// that is how the scripts reach this program on the host.
-		sb.list("ExtraSearchPaths", []string{path.Dir(r.c.Bin)})
+		// that is how the scripts reach this program on the host. /usr
+		// is in the sandbox already, and mkosi refuses paths below it.
+		if d := path.Dir(r.c.Bin); d != "/usr" && !strings.HasPrefix(d, "/usr/") {
+			sb.list("ExtraSearchPaths", []string{d})
+		}
 		if k := r.bake.SigningKey; k != "" {
+			if _, err := os.Stat(k); err != nil {
+				return fmt.Errorf("local_repo_signing_key: %w", err)
+			}
 			dir, err := filepath.Abs(filepath.Dir(k))
 			if err != nil {
 				return err

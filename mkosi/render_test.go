@@ -1,0 +1,218 @@
+package mkosi
+
+import (
+	"context"
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// goldenBin is a binary path outside /usr, so the trees show the
+// ExtraSearchPaths= the repository step needs.
+const goldenBin = "/opt/podvm/bin/packer-plugin-podvm"
+
+// treeCase is one generated tree of the golden and mkosi tests.
+type treeCase struct {
+	distro, release string
+	gpu             string
+}
+
+func (c treeCase) name() string { return fmt.Sprintf("%s-%s-gpu-%s", c.distro, c.release, c.gpu) }
+
+var treeCases = []treeCase{
+	{"debian", "13", "yes"}, {"debian", "13", "no"},
+	{"ubuntu", "24.04", "yes"}, {"ubuntu", "24.04", "no"},
+}
+
+// plan resolves settings from explicit values only, so the environment of
+// whoever runs the tests cannot change the trees.
+func plan(t *testing.T, distro, release string, settings map[string]string) *gpustack.Plan {
+	t.Helper()
+	explicit := map[string]gpustack.Raw{}
+	for k, v := range settings {
+		explicit[k] = gpustack.Scalar(v)
+	}
+	res, err := gpustack.Resolve(gpustack.Input{Explicit: explicit, ExplicitFrom: gpustack.FromFlag,
+		LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := gpustack.LookupRelease(distro, release, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.KernelsAtBuildTime = true
+	p, err := gpustack.NewPlan(res.Options, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c treeCase) render(t *testing.T) []File {
+	t.Helper()
+	settings := map[string]string{"enable_nvidia_gpu": c.gpu, "source_date_epoch": "1700000000"}
+	if c.gpu == "yes" {
+		// A local key file: the tests never reach NVIDIA.
+		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
+	}
+	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: goldenBin, Fetch: noFetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func noFetch(_ context.Context, url string) ([]byte, error) {
+	return nil, fmt.Errorf("test fetched %s", url)
+}
+
+// dump renders a tree as one reviewable text: each file with its mode,
+// binary files by size and digest.
+func dump(files []File) string {
+	var b strings.Builder
+	for _, f := range files {
+		fmt.Fprintf(&b, "=== %s (%04o)\n", f.Path, f.Mode)
+		if utf8.Valid(f.Data) && !strings.ContainsRune(string(f.Data), 0) {
+			b.Write(f.Data)
+			if len(f.Data) > 0 && f.Data[len(f.Data)-1] != '\n' {
+				b.WriteString("\n<no newline at end>\n")
+			}
+		} else {
+			fmt.Fprintf(&b, "<binary, %d bytes, sha256 %x>\n", len(f.Data), sha256.Sum256(f.Data))
+		}
+	}
+	return b.String()
+}
+
+func TestGoldenTrees(t *testing.T) {
+	for _, c := range treeCases {
+		t.Run(c.name(), func(t *testing.T) {
+			got := dump(c.render(t))
+			path := filepath.Join("testdata", "tree", c.name()+".txt")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./mkosi -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("%s differs from the rendered tree; run go test ./mkosi -update and review the diff", path)
+			}
+		})
+	}
+}
+
+// TestStepTitles checks that the scripts echo every step of the plan with
+// the plan's own numbering and words, as the provisioner shows them.
+func TestStepTitles(t *testing.T) {
+	c := treeCases[0]
+	p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": "yes",
+		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scripts strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f.Path, ".sh") && strings.Contains(f.Path, ".d/") {
+			if f.Mode != 0o755 {
+				t.Errorf("%s: mode %04o, want 0755", f.Path, f.Mode)
+			}
+			scripts.Write(f.Data)
+		}
+	}
+	for i, s := range p.Steps {
+		want := sq(fmt.Sprintf("[%d/%d] %s", i+1, len(p.Steps), s.Title))
+		if strings.Count(scripts.String(), "echo "+want+"\n") != 1 {
+			t.Errorf("scripts do not echo %s exactly once", want)
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes"})
+	// The default toolkit key is fetched and must match NVIDIA's pinned
+	// fingerprint; a test key does not.
+	key, err := os.ReadFile(filepath.Join("testdata", "toolkit-key.asc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(context.Context, string) ([]byte, error) { return key, nil }
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: fetch}); err == nil ||
+		!strings.Contains(err.Error(), "none of the pinned") {
+		t.Errorf("wrong key: got %v, want a fingerprint error", err)
+	}
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil ||
+		!strings.Contains(err.Error(), "offline builds") {
+		t.Errorf("unreachable key: got %v, want a hint about a local key file", err)
+	}
+	p = plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "nvidia_container_toolkit": "no"})
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", Fetch: noFetch}); err == nil {
+		t.Error("relative binary path: want an error")
+	}
+	p.Target.KernelsAtBuildTime = false
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil {
+		t.Error("plan with known kernels: want an error")
+	}
+}
+
+func TestINIValue(t *testing.T) {
+	for in, want := range map[string]string{"a%b": "a%%b", "plain": "plain"} {
+		if got, err := iniValue(in); err != nil || got != want {
+			t.Errorf("iniValue(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"a#b", "a\nb", " lead", "trail "} {
+		if _, err := iniValue(bad); err == nil {
+			t.Errorf("iniValue(%q): want an error", bad)
+		}
+	}
+	for _, bad := range []string{"a b", "a,b", ""} {
+		if _, err := iniItem(bad); err == nil {
+			t.Errorf("iniItem(%q): want an error", bad)
+		}
+	}
+}
+
+func TestWriteRefusesNonEmpty(t *testing.T) {
+	dir := t.TempDir()
+	files := []File{{Path: "mkosi.conf", Mode: 0o644, Data: []byte("x\n")}, {Path: "a/b/run.sh", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}
+	if err := Write(dir, files, false); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "a/b/run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("run.sh: %v %v", fi, err)
+	}
+	if err := Write(dir, files[:1], false); err == nil {
+		t.Fatal("non-empty dir without force: want an error")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mkosi.local.conf"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, files[:1], true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a")); !os.IsNotExist(err) {
+		t.Errorf("stale a/ of the previous generation left behind: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "mkosi.local.conf")); err != nil {
+		t.Errorf("the user's mkosi.local.conf was removed: %v", err)
+	}
+}
