@@ -29,7 +29,7 @@ func mustRun() bool {
 }
 
 // applets are the busybox commands the tests use inside a root.
-var applets = []string{"sh", "sleep", "echo", "cat", "printf", "id", "ls", "mkdir", "touch", "rm", "mount", "true", "false", "pwd", "env", "ln", "stat"}
+var applets = []string{"sh", "setsid", "sleep", "echo", "cat", "printf", "id", "ls", "mkdir", "touch", "rm", "mount", "true", "false", "pwd", "env", "ln", "stat", "grep"}
 
 // BusyboxRoot returns a fresh directory holding a statically linked
 // busybox as /bin/busybox with its applets linked in /bin, plus /tmp, /etc,
