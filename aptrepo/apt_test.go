@@ -154,16 +154,29 @@ func sourceFor(dir string, by signedBy, armored []byte) string {
 // dependencies all lie inside the repository: pkg-a -> pkg-b -> pkg-c,
 // each member compression once, plus an unrelated pkg-d.
 func dpkgDebRepo(t *testing.T, signer *Signer, date time.Time) (string, *Result) {
+	return dpkgDebRepoPlaced(t, signer, date, Copy)
+}
+
+// dpkgDebRepoPlaced is dpkgDebRepo with a choice of placement; IndexOnly
+// indexes the .debs in place.
+func dpkgDebRepoPlaced(t *testing.T, signer *Signer, date time.Time, placement Placement) (string, *Result) {
 	t.Helper()
-	in := t.TempDir()
+	in := filepath.Join(worldReadableTempDir(t), "repo")
+	if err := os.Mkdir(in, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	dpkgDeb(t, in, "pkg-a_1.0-1_amd64.deb", controlText("pkg-a", "1.0-1", "amd64", "pkg-b (>= 2), pkg-missing | pkg-d"), "xz")
 	dpkgDeb(t, in, "pkg-b_2.0_all.deb", controlText("pkg-b", "2.0", "all", "pkg-c (= 1:3-1)"), "zstd")
-	dpkgDeb(t, in, "pkg-c_3-1_all.deb", controlText("pkg-c", "1:3-1", "all", ""), "gzip")
+	// Named as apt-get download names a version with an epoch.
+	dpkgDeb(t, in, "pkg-c_1%3a3-1_all.deb", controlText("pkg-c", "1:3-1", "all", ""), "gzip")
 	dpkgDeb(t, in, "pkg-d_4_all.deb", controlText("pkg-d", "4", "all", ""), "none")
 	out := filepath.Join(worldReadableTempDir(t), "repo")
+	if placement == IndexOnly {
+		out = in
+	}
 	// A strict umask must not matter: apt's sandbox reads as _apt.
 	old := setUmask(0o077)
-	res, err := Build(context.Background(), Options{DebDir: in, Out: out, Origin: "podvm", Label: "podvm test", Date: date, Signer: signer})
+	res, err := Build(context.Background(), Options{DebDir: in, Out: out, Placement: placement, Origin: "podvm", Label: "podvm test", Date: date, Signer: signer})
 	setUmask(old)
 	if err != nil {
 		t.Fatal(err)
@@ -177,9 +190,19 @@ func dpkgDebRepo(t *testing.T, signer *Signer, date time.Time) (string, *Result)
 func TestAptAcceptsRepo(t *testing.T) {
 	need(t, "apt-get", "dpkg-deb")
 	signer := testSigner(t, testDate)
-	repo, _ := dpkgDebRepo(t, signer, testDate)
-	for _, by := range []signedBy{keyringPath, armoredKeyringPath, inlineKey} {
-		t.Run(by.String(), func(t *testing.T) {
+	repos := map[Placement]string{}
+	for _, p := range []Placement{Copy, HardLink, IndexOnly} {
+		repos[p], _ = dpkgDebRepoPlaced(t, signer, testDate, p)
+	}
+	for _, tc := range []struct {
+		placement Placement
+		by        signedBy
+	}{
+		{Copy, keyringPath}, {Copy, armoredKeyringPath}, {Copy, inlineKey},
+		{HardLink, keyringPath}, {IndexOnly, inlineKey},
+	} {
+		repo, by := repos[tc.placement], tc.by
+		t.Run(tc.placement.String()+"/"+by.String(), func(t *testing.T) {
 			apt := newAptRoot(t, sourceFor(repo, by, signer.ArmoredPublicKey()), "")
 			apt.mustUpdate()
 			out, ok := apt.run("apt-get", "install", "-y", "--download-only", "--no-install-recommends", "pkg-a")

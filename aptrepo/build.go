@@ -261,14 +261,15 @@ func (opts *Options) collect() ([]debFile, error) {
 	return debs, nil
 }
 
-// checkDebName keeps file names to what needs no quoting anywhere: in
-// Packages, in URIs apt builds from them, and in shell scripts.
+// checkDebName keeps file names to what needs no quoting in Packages or
+// in shell scripts. '%' is allowed: apt-get download writes an epoch's
+// colon as "%3a", and apt finds such files (tested).
 func checkDebName(name string) error {
 	if !strings.HasSuffix(name, ".deb") || strings.HasPrefix(name, ".") {
 		return errors.New("file name must end in .deb and not start with a dot")
 	}
 	for _, r := range name {
-		if r > unicode.MaxASCII || unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`%"'\`, r) {
+		if r > unicode.MaxASCII || unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`"'\`, r) {
 			return fmt.Errorf("file name %q contains %q", name, r)
 		}
 	}
