@@ -1,0 +1,296 @@
+package rootfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+)
+
+// fakeHost is a root amd64 host with every tool, working in /work/tpl, and
+// the apt configuration in testdata/apt/plain.
+func fakeHost() host {
+	return host{
+		euid:     0,
+		arch:     "amd64",
+		lookPath: func(name string) (string, error) { return "/usr/bin/" + name, nil },
+		getwd:    func() (string, error) { return "/work/tpl", nil },
+		getenv:   func(string) string { return "" },
+		aptDir:   "testdata/apt/plain",
+	}
+}
+
+func prepare(t *testing.T, h host, raw map[string]interface{}) (*Config, error) {
+	t.Helper()
+	var c Config
+	err := c.Prepare(h, raw)
+	return &c, err
+}
+
+func TestPrepareDefaults(t *testing.T) {
+	c, err := prepare(t, fakeHost(), map[string]interface{}{
+		"suite":             "trixie",
+		"packer_build_name": "base",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SourceType != "debootstrap" {
+		t.Errorf("source_type default %q", c.SourceType)
+	}
+	if !reflect.DeepEqual(c.Components, []string{"main"}) {
+		t.Errorf("components default %q", c.Components)
+	}
+	if c.Arch != "amd64" {
+		t.Errorf("arch default %q", c.Arch)
+	}
+	if c.Mirror != "http://mirror.example/debian" {
+		t.Errorf("mirror from the host's apt sources: %q", c.Mirror)
+	}
+	if c.CacheDir != "/var/cache/podvm-rootfs" {
+		t.Errorf("cache_dir default %q", c.CacheDir)
+	}
+	wd, _ := os.Getwd()
+	if want := filepath.Join(wd, "output-base"); c.OutputDirectory != want {
+		t.Errorf("output_directory default %q, want %q", c.OutputDirectory, want)
+	}
+
+	h := fakeHost()
+	h.getenv = func(k string) string {
+		if k == "PODVM_CACHE" {
+			return "/srv/podvm-cache"
+		}
+		return ""
+	}
+	h.aptDir = "testdata/apt/none"
+	c, err = prepare(t, h, map[string]interface{}{"suite": "trixie"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CacheDir != "/srv/podvm-cache/rootfs" {
+		t.Errorf("cache_dir with PODVM_CACHE: %q", c.CacheDir)
+	}
+	if c.Mirror != "" || !strings.Contains(c.mirrorOrigin, "debootstrap's default") {
+		t.Errorf("no host mirror: mirror %q (%s)", c.Mirror, c.mirrorOrigin)
+	}
+}
+
+func TestPrepareAcceptsGoodConfigs(t *testing.T) {
+	dir := t.TempDir()
+	keyring := filepath.Join(dir, "archive.gpg")
+	tarball := filepath.Join(dir, "base.tar.zst")
+	tree := filepath.Join(dir, "tree")
+	for _, f := range []string{keyring, tarball} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, raw := range map[string]map[string]interface{}{
+		"full debootstrap": {
+			"suite": "trixie", "mirror": "https://mirror.example/debian/", "variant": "minbase",
+			"components": []string{"main", "contrib", "non-free", "non-free-firmware"},
+			"include":    []string{"linux-image-amd64", "g++", "libstdc++6", "ca-certificates"},
+			"keyring":    keyring, "arch": "i386", "cache_dir": filepath.Join(dir, "cache"),
+			"skip_cache": true, "output_directory": filepath.Join(dir, "out"),
+			"output_tarball": filepath.Join(dir, "out.tar.gz"),
+		},
+		"file mirror":  {"suite": "bookworm", "mirror": "file:///srv/mirror/debian", "variant": "buildd"},
+		"tarball":      {"source_type": "tarball", "source_path": tarball},
+		"directory":    {"source_type": "directory", "source_path": tree, "output_tarball": filepath.Join(dir, "x.tar.zst")},
+		"stable alias": {"suite": "stable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := prepare(t, fakeHost(), raw); err != nil {
+				t.Errorf("unexpected error: %v", err)
+			}
+		})
+	}
+}
+
+func TestPrepareRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file.txt")
+	zip := filepath.Join(dir, "base.zip")
+	tree := filepath.Join(dir, "tree")
+	for _, f := range []string{file, zip} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+
+	tests := []struct {
+		name string
+		raw  map[string]interface{}
+		want []string // each must appear in the error
+	}{
+		{"unknown source type", map[string]interface{}{"source_type": "docker"},
+			[]string{`source_type: "docker" is not a source type`, `"debootstrap", "tarball" or "directory"`}},
+		{"missing suite", map[string]interface{}{},
+			[]string{`suite: required with source_type "debootstrap"`, `"trixie"`}},
+		{"bad suite", map[string]interface{}{"suite": "Trixie!"},
+			[]string{`suite: "Trixie!" is not a suite name`}},
+		{"suite with slash", map[string]interface{}{"suite": "../etc"},
+			[]string{`suite: "../etc" is not a suite name`}},
+		{"mirror scheme", map[string]interface{}{"suite": "trixie", "mirror": "ftp://mirror.example/debian"},
+			[]string{`mirror: "ftp://mirror.example/debian" is not a URL debootstrap can fetch from`, `"http", "https" or "file"`}},
+		{"mirror without host", map[string]interface{}{"suite": "trixie", "mirror": "http:///debian"},
+			[]string{`mirror: "http:///debian" has no host`}},
+		{"mirror relative", map[string]interface{}{"suite": "trixie", "mirror": "mirror.example/debian"},
+			[]string{`mirror: "mirror.example/debian" is not a URL debootstrap can fetch from`}},
+		{"mirror garbage", map[string]interface{}{"suite": "trixie", "mirror": "http://[::1"},
+			[]string{`mirror: "http://[::1" is not a URL`}},
+		{"file mirror without path", map[string]interface{}{"suite": "trixie", "mirror": "file://"},
+			[]string{`mirror: "file://" has no path`}},
+		{"variant", map[string]interface{}{"suite": "trixie", "variant": "fakechroot"},
+			[]string{`variant: "fakechroot" is not a debootstrap variant`, `"minbase" or "buildd"`}},
+		{"component", map[string]interface{}{"suite": "trixie", "components": []string{"main", "Non Free"}},
+			[]string{`components: "Non Free" is not a component name`}},
+		{"duplicate component", map[string]interface{}{"suite": "trixie", "components": []string{"main", "main"}},
+			[]string{`components: "main" is listed twice`}},
+		{"include with comma", map[string]interface{}{"suite": "trixie", "include": []string{"vim,curl"}},
+			[]string{`include: "vim,curl" is not a Debian package name`}},
+		{"include upper case", map[string]interface{}{"suite": "trixie", "include": []string{"Vim"}},
+			[]string{`include: "Vim" is not a Debian package name`}},
+		{"include one letter", map[string]interface{}{"suite": "trixie", "include": []string{"a"}},
+			[]string{`include: "a" is not a Debian package name`}},
+		{"duplicate include", map[string]interface{}{"suite": "trixie", "include": []string{"curl", "curl"}},
+			[]string{`include: "curl" is listed twice`}},
+		{"missing keyring", map[string]interface{}{"suite": "trixie", "keyring": filepath.Join(dir, "nope.gpg")},
+			[]string{`keyring: "` + filepath.Join(dir, "nope.gpg") + `": no such file or directory`}},
+		{"keyring directory", map[string]interface{}{"suite": "trixie", "keyring": dir},
+			[]string{`keyring: "` + dir + `" is not a regular file`}},
+		{"foreign arch", map[string]interface{}{"suite": "trixie", "arch": "arm64"},
+			[]string{`arch: "arm64" cannot be built on this amd64 host`, `"amd64" or "i386"`}},
+		{"bad arch", map[string]interface{}{"suite": "trixie", "arch": "x86_64!"},
+			[]string{`arch: "x86_64!" cannot be built`}},
+		{"source_path with debootstrap", map[string]interface{}{"suite": "trixie", "source_path": tree},
+			[]string{`source_path: "` + tree + `" is only used with source_type "tarball" or "directory"`}},
+		{"tarball without path", map[string]interface{}{"source_type": "tarball"},
+			[]string{`source_path: required with source_type "tarball"`}},
+		{"tarball missing", map[string]interface{}{"source_type": "tarball", "source_path": filepath.Join(dir, "no.tar")},
+			[]string{`no.tar": no such file or directory`}},
+		{"tarball extension", map[string]interface{}{"source_type": "tarball", "source_path": zip},
+			[]string{`is not a tarball this builder reads`, `".tar", ".tar.gz", ".tgz" or ".tar.zst"`}},
+		{"tarball is a directory", map[string]interface{}{"source_type": "tarball", "source_path": tree},
+			[]string{`is not a regular file; source_type "tarball" needs a tarball`}},
+		{"directory is a file", map[string]interface{}{"source_type": "directory", "source_path": file},
+			[]string{`is not a directory; source_type "directory" needs one`}},
+		{"debootstrap settings with tarball", map[string]interface{}{
+			"source_type": "tarball", "source_path": file + ".tar", "suite": "trixie", "mirror": "http://m.example/debian",
+			"variant": "minbase", "components": []string{"main"}, "include": []string{"curl"}, "keyring": file},
+			[]string{`suite: only used with source_type "debootstrap", not "tarball"`, `mirror: only used`,
+				`variant: only used`, `components: only used`, `include: only used`, `keyring: only used`}},
+		{"output is root", map[string]interface{}{"suite": "trixie", "output_directory": "/"},
+			[]string{`output_directory: "/" is the host's root`}},
+		{"output contains cwd", map[string]interface{}{"suite": "trixie", "output_directory": "/work"},
+			[]string{`output_directory: "/work" contains the current directory "/work/tpl"`}},
+		{"output overlaps source", map[string]interface{}{"source_type": "directory", "source_path": tree, "output_directory": filepath.Join(tree, "out")},
+			[]string{`output_directory: "` + filepath.Join(tree, "out") + `" overlaps source_path`}},
+		{"source inside output", map[string]interface{}{"source_type": "directory", "source_path": tree, "output_directory": dir},
+			[]string{`overlaps source_path`}},
+		{"tarball inside output", map[string]interface{}{"source_type": "tarball", "source_path": zip, "output_directory": dir},
+			[]string{`source_path: "` + zip + `" is inside output_directory`}},
+		{"output overlaps cache", map[string]interface{}{"suite": "trixie", "output_directory": out, "cache_dir": filepath.Join(out, "cache")},
+			[]string{`output_directory: "` + out + `" overlaps cache_dir`}},
+		{"cache is a file", map[string]interface{}{"suite": "trixie", "cache_dir": file},
+			[]string{`cache_dir: "` + file + `" exists and is not a directory`}},
+		{"output tarball extension", map[string]interface{}{"suite": "trixie", "output_tarball": filepath.Join(dir, "x.tar.xz")},
+			[]string{`output_tarball: "` + filepath.Join(dir, "x.tar.xz") + `" has no supported extension`, `".tar.zst" or ".tar.gz"`}},
+		{"output tarball inside output", map[string]interface{}{"suite": "trixie", "output_directory": out, "output_tarball": filepath.Join(out, "x.tar.zst")},
+			[]string{`output_tarball: "` + filepath.Join(out, "x.tar.zst") + `" is inside output_directory`}},
+		{"output tarball is a directory", map[string]interface{}{"suite": "trixie", "output_tarball": filepath.Join(dir, "d.tar.gz")},
+			[]string{`output_tarball: "` + filepath.Join(dir, "d.tar.gz") + `" is a directory`}},
+		{"unknown setting", map[string]interface{}{"suite": "trixie", "sweet": "trixie"},
+			[]string{`sweet`}},
+	}
+	if err := os.Mkdir(filepath.Join(dir, "d.tar.gz"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := prepare(t, fakeHost(), tt.raw)
+			if err == nil {
+				t.Fatalf("no error; want %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestPrepareHostChecks(t *testing.T) {
+	h := fakeHost()
+	h.euid = 1000
+	h.lookPath = func(name string) (string, error) { return "", errors.New("not found") }
+	_, err := prepare(t, h, map[string]interface{}{"suite": "trixie"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range []string{
+		"podvm-rootfs must run as root",
+		"run packer with sudo",
+		"chroot not found in PATH",
+		"tar not found in PATH",
+		"debootstrap not found in PATH; install the debootstrap package",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// All problems come back at once, not one per packer run.
+func TestPrepareReportsEveryError(t *testing.T) {
+	_, err := prepare(t, fakeHost(), map[string]interface{}{
+		"suite":          "Bad Suite",
+		"variant":        "huge",
+		"components":     []string{"MAIN"},
+		"include":        []string{"A"},
+		"mirror":         "gopher://x",
+		"output_tarball": "x.zip",
+	})
+	var me *packersdk.MultiError
+	if !errors.As(err, &me) {
+		t.Fatalf("want a MultiError, got %T: %v", err, err)
+	}
+	if len(me.Errors) != 6 {
+		t.Errorf("got %d errors, want 6:\n%v", len(me.Errors), err)
+	}
+}
+
+func TestDebianArch(t *testing.T) {
+	for goarch, want := range map[string]string{"amd64": "amd64", "arm64": "arm64", "386": "i386", "arm": "armhf", "ppc64le": "ppc64el", "s390x": "s390x", "riscv64": "riscv64"} {
+		if got := debianArch(goarch); got != want {
+			t.Errorf("debianArch(%s) = %s, want %s", goarch, got, want)
+		}
+	}
+}
+
+func TestQuoteList(t *testing.T) {
+	for _, tt := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"a"}, `"a"`},
+		{[]string{"a", "b"}, `"a" or "b"`},
+		{[]string{"a", "b", "c"}, `"a", "b" or "c"`},
+	} {
+		if got := quoteList(tt.in); got != tt.want {
+			t.Errorf("quoteList(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
