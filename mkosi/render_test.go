@@ -58,14 +58,14 @@ func plan(t *testing.T, distro, release string, settings map[string]string) *gpu
 	return p
 }
 
-func (c treeCase) render(t *testing.T) []File {
+func (c treeCase) render(t *testing.T, bin string) []File {
 	t.Helper()
 	settings := map[string]string{"enable_nvidia_gpu": c.gpu, "source_date_epoch": "1700000000"}
 	if c.gpu == "yes" {
 		// A local key file: the tests never reach NVIDIA.
 		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
 	}
-	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: goldenBin, Fetch: noFetch})
+	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, Fetch: noFetch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func dump(files []File) string {
 func TestGoldenTrees(t *testing.T) {
 	for _, c := range treeCases {
 		t.Run(c.name(), func(t *testing.T) {
-			got := dump(c.render(t))
+			got := dump(c.render(t, goldenBin))
 			path := filepath.Join("testdata", "tree", c.name()+".txt")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
