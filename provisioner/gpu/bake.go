@@ -108,11 +108,16 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) error {
 		}
 	}
 	var total int64
+	var renames []string
 	for _, n := range names {
 		if strings.ContainsAny(n, "/\x00") || strings.HasPrefix(n, ".") {
 			return fmt.Errorf("unexpected file name %q in %s", n, newDir)
 		}
-		dst := filepath.Join(debDir, n)
+		safe := poolName(n)
+		if safe != n {
+			renames = append(renames, "mv "+shellQuote(newDir+"/"+n)+" "+shellQuote(newDir+"/"+safe))
+		}
+		dst := filepath.Join(debDir, safe)
 		err := e.r.download(ctx, newDir+"/"+n, func() (io.WriteCloser, error) { return os.Create(dst) })
 		if err != nil {
 			return err
@@ -159,7 +164,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) error {
 		installs = append(installs, "install -m 0644 "+shellQuote(s)+" "+shellQuote(newDir+"/"+f))
 	}
 	n, o2, d := shellQuote(newDir), shellQuote(oldDir), shellQuote(b.Dir)
-	swap := strings.Join(installs, " && ") +
+	swap := strings.Join(append(renames, installs...), " && ") +
 		" && chown -R root:root " + n +
 		" && find " + n + " -type d -exec chmod 0755 {} + && find " + n + " -type f -exec chmod 0644 {} +" +
 		" && rm -rf " + o2 + " && if [ -e " + d + " ]; then mv " + d + " " + o2 + "; fi && mv " + n + " " + d + " && rm -rf " + o2 +
@@ -191,6 +196,21 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) error {
 		e.ui.Say("  " + p)
 	}
 	return nil
+}
+
+// poolName is the archive's own file name for a .deb apt saved: apt writes
+// an epoch's colon as %3a ("libattr1_1%3a2.5.2-3_amd64.deb"), the Debian
+// pool leaves the epoch out ("libattr1_2.5.2-3_amd64.deb"). The pool name
+// needs no quoting in Packages or in URLs.
+func poolName(n string) string {
+	name, rest, ok := strings.Cut(n, "_")
+	if !ok {
+		return n
+	}
+	if epoch, version, ok := strings.Cut(rest, "%3a"); ok && epoch != "" && strings.Trim(epoch, "0123456789") == "" {
+		return name + "_" + version
+	}
+	return n
 }
 
 // downloadCommand prepares newDir and fills it with the .debs. With the

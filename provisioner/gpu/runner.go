@@ -354,7 +354,7 @@ func (lw *lineWriter) line(l string) {
 		l = l[i+1:]
 	}
 	if lw.ui != nil {
-		lw.ui.Message(l)
+		lw.ui.Say(l)
 	}
 	lw.lines = append(lw.lines, l)
 	if len(lw.lines) > tailLines {

@@ -1,0 +1,99 @@
+package gpu
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+)
+
+// TestSmokeChroot runs the provisioner for real, through the project's
+// chroot communicator, on a Debian root file system unpacked from a
+// tarball (for instance the podvm-rootfs builder's debootstrap cache):
+//
+//	PODVM_SMOKE_TARBALL=/var/cache/podvm-rootfs/debootstrap-trixie-minbase-amd64-....tar.zst \
+//	  go test ./provisioner/gpu -run TestSmokeChroot -v -timeout 30m
+//
+// It needs root and the distro archive. It bakes the repository (GPU off,
+// so no NVIDIA repositories are needed) for the archive's current kernel,
+// runs the offline apt self-test, then runs a second time to check the
+// provisioner is idempotent.
+func TestSmokeChroot(t *testing.T) {
+	tarball := os.Getenv("PODVM_SMOKE_TARBALL")
+	if tarball == "" {
+		t.Skip("set PODVM_SMOKE_TARBALL to a root file system tarball to run")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	sh := func(cmd string) string {
+		t.Helper()
+		out, err := exec.Command("sh", "-ec", cmd).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		return string(out)
+	}
+	sh("mkdir -p " + root + " && tar --zstd -xpf " + tarball + " -C " + root)
+	for _, m := range []string{"proc", "sys", "dev"} {
+		sh("mount --rbind /" + m + " " + root + "/" + m + " && mount --make-rslave " + root + "/" + m)
+	}
+	t.Cleanup(func() {
+		for _, m := range []string{"dev", "sys", "proc"} {
+			exec.Command("umount", "-R", "-l", root+"/"+m).Run()
+		}
+	})
+	sh("cp -L /etc/resolv.conf " + root + "/etc/resolv.conf")
+	// The tree has no kernel; pretend to have the archive's current one,
+	// which is what the repository is baked for.
+	sh("chroot " + root + " apt-get -q update >/dev/null")
+	kver := strings.TrimSpace(sh(`chroot ` + root + ` apt-cache depends linux-image-amd64 | sed -n 's/^  Depends: linux-image-\(.*\)$/\1/p' | grep -v unsigned | head -1`))
+	if kver == "" {
+		t.Fatal("no kernel found in the archive")
+	}
+	sh("mkdir -p " + root + "/usr/lib/modules/" + kver + " && : > " + root + "/boot/vmlinuz-" + kver)
+	t.Logf("kernel %s", kver)
+
+	comm, err := chroot.New(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.Close()
+	out := t.TempDir()
+	for run := 1; run <= 2; run++ {
+		p := &Provisioner{}
+		if err := p.Prepare(map[string]interface{}{
+			"enable_nvidia_gpu":   "no",
+			"local_repo":          "yes",
+			"local_repo_packages": []string{"linux-headers-{kernel}"},
+			"output_dir":          out,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ui := &testUi{t: t}
+		start := time.Now()
+		if err := p.Provision(context.Background(), ui, comm, nil); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		t.Logf("run %d took %s", run, time.Since(start).Round(time.Second))
+	}
+	t.Log(sh("ls -la " + root + "/opt/local-packages | head -20; ls " + root + "/opt/local-packages | wc -l; ls " + root + "/opt; ls " + out))
+}
+
+// testUi logs what the provisioner says; nothing else is used.
+type testUi struct {
+	packersdk.Ui
+	t *testing.T
+}
+
+func (u *testUi) Say(s string)     { u.t.Log(s) }
+func (u *testUi) Message(s string) { u.t.Log(s) }
+func (u *testUi) Error(s string)   { u.t.Log("error: " + s) }
