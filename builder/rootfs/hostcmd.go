@@ -17,7 +17,7 @@ import (
 // termGrace is how long a cancelled host command gets after SIGTERM before
 // SIGKILL: debootstrap unmounts what it mounted in the target from an exit
 // trap, which SIGKILL would skip.
-const termGrace = 5 * time.Second
+var termGrace = 5 * time.Second
 
 // runHost runs cmd in a process group of its own, logging its output line
 // by line (PACKER_LOG shows it) and quoting the last lines in the error
