@@ -1,5 +1,6 @@
 // Package chroottest builds tiny root filesystems for tests that chroot
-// into them, and skips (or, in CI, fails) tests that need root.
+// into them, and skips (or, with PODVM_REQUIRE_ROOT=1, fails) tests that
+// need root.
 package chroottest
 
 import (
