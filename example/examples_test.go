@@ -1,0 +1,363 @@
+// Package example_test checks the Kubernetes manifests shipped in
+// example/k8s and the GPU Operator files artifact.Write emits: each is
+// parsed as YAML and the fields a user's cluster depends on are checked.
+package example_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+)
+
+const (
+	machineTypeAnnotation = "io.katacontainers.config.hypervisor.machine_type"
+	repoPath              = "/opt/local-packages"
+)
+
+// doc is one YAML document and the file it came from.
+type doc struct {
+	file string
+	obj  map[string]any
+}
+
+// readDocs parses every document of a YAML file; a syntax error fails the
+// test.
+func readDocs(t *testing.T, path string) []doc {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []doc
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if obj != nil {
+			docs = append(docs, doc{path, obj})
+		}
+	}
+	if len(docs) == 0 {
+		t.Fatalf("%s: no YAML document", path)
+	}
+	return docs
+}
+
+// get walks keys (string keys and int indexes) through maps and lists.
+func get(v any, keys ...any) any {
+	for _, k := range keys {
+		switch k := k.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func list(v any) []any { l, _ := v.([]any); return l }
+
+// k8sFiles is every YAML file under example/k8s.
+func k8sFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir("k8s", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no manifests under example/k8s")
+	}
+	return files
+}
+
+// TestManifestsParse parses every YAML file under example/k8s.
+func TestManifestsParse(t *testing.T) {
+	for _, f := range k8sFiles(t) {
+		readDocs(t, f)
+	}
+}
+
+// TestVerifyJobs checks the GPU verification jobs: kata-remote runtime
+// class, one nvidia.com/gpu, an image placeholder that names no registry
+// host, and the NVIDIA env the toolkit hook reads.
+func TestVerifyJobs(t *testing.T) {
+	base := filepath.Join("k8s", "verify", "base")
+	kust := readDocs(t, filepath.Join(base, "kustomization.yaml"))[0].obj
+	resources := list(kust["resources"])
+	if len(resources) < 2 {
+		t.Fatalf("%s: want the nvidia-smi and vectorAdd jobs, got resources %v", base, resources)
+	}
+	for _, r := range resources {
+		name, _ := r.(string)
+		for _, d := range readDocs(t, filepath.Join(base, name)) {
+			if d.obj["kind"] != "Job" {
+				t.Errorf("%s: kind %v, want Job", d.file, d.obj["kind"])
+				continue
+			}
+			pod := get(d.obj, "spec", "template", "spec")
+			if got := get(pod, "runtimeClassName"); got != "kata-remote" {
+				t.Errorf("%s: runtimeClassName %v, want kata-remote", d.file, got)
+			}
+			if got := get(pod, "restartPolicy"); got != "Never" {
+				t.Errorf("%s: restartPolicy %v, want Never", d.file, got)
+			}
+			containers := list(get(pod, "containers"))
+			if len(containers) != 1 {
+				t.Fatalf("%s: %d containers, want 1", d.file, len(containers))
+			}
+			c := containers[0]
+			// A quantity: 1 or "1".
+			if got := get(c, "resources", "limits", "nvidia.com/gpu"); got != 1 && got != "1" {
+				t.Errorf("%s: limits nvidia.com/gpu = %v, want 1", d.file, got)
+			}
+			img, _ := get(c, "image").(string)
+			if img == "" || strings.ContainsAny(img, "/:.") {
+				t.Errorf("%s: image %q: want a bare placeholder name the user sets, no registry host", d.file, img)
+			}
+			env := map[string]any{}
+			for _, e := range list(get(c, "env")) {
+				env[get(e, "name").(string)] = get(e, "value")
+			}
+			if env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+				t.Errorf("%s: NVIDIA_VISIBLE_DEVICES = %v, want all", d.file, env["NVIDIA_VISIBLE_DEVICES"])
+			}
+			if caps, _ := env["NVIDIA_DRIVER_CAPABILITIES"].(string); !strings.Contains(caps, "compute") || !strings.Contains(caps, "utility") {
+				t.Errorf("%s: NVIDIA_DRIVER_CAPABILITIES = %q, want compute and utility", d.file, caps)
+			}
+		}
+	}
+}
+
+// TestVerifyOverlays checks that each cloud overlay sets the peer-pods
+// instance type annotation to a GPU instance type of that cloud.
+func TestVerifyOverlays(t *testing.T) {
+	want := map[string]func(string) bool{
+		// g4dn, g5, g6, p3, p4d, p5 ... families carry NVIDIA GPUs.
+		"aws": func(s string) bool { return strings.HasPrefix(s, "g") || strings.HasPrefix(s, "p") },
+		// NC, ND and NV sizes carry NVIDIA GPUs.
+		"azure": func(s string) bool {
+			return strings.HasPrefix(s, "Standard_NC") || strings.HasPrefix(s, "Standard_ND") || strings.HasPrefix(s, "Standard_NV")
+		},
+	}
+	for cloud, isGPU := range want {
+		p := filepath.Join("k8s", "verify", cloud, "kustomization.yaml")
+		k := readDocs(t, p)[0].obj
+		if !slices.Contains(list(k["resources"]), any("../base")) {
+			t.Errorf("%s: resources %v, want ../base", p, k["resources"])
+		}
+		mt, _ := get(k, "commonAnnotations", machineTypeAnnotation).(string)
+		if !isGPU(mt) {
+			t.Errorf("%s: %s = %q, want a GPU instance type", p, machineTypeAnnotation, mt)
+		}
+	}
+}
+
+// TestDriverRepoMountPatch checks the DaemonSet patch: the repository is
+// mounted read-only into the driver container from a hostPath of type
+// Directory (never DirectoryOrCreate) at the same path.
+func TestDriverRepoMountPatch(t *testing.T) {
+	p := filepath.Join("k8s", "gpu-operator", "driver-repo-mount-patch.yaml")
+	d := readDocs(t, p)[0].obj
+	pod := get(d, "spec", "template", "spec")
+	var mount any
+	for _, c := range list(get(pod, "containers")) {
+		if get(c, "name") == "nvidia-driver-ctr" {
+			mount = get(c, "volumeMounts", 0)
+		}
+	}
+	if mount == nil {
+		t.Fatalf("%s: no volumeMount for container nvidia-driver-ctr", p)
+	}
+	if get(mount, "readOnly") != true {
+		t.Errorf("%s: mount readOnly = %v, want true", p, get(mount, "readOnly"))
+	}
+	if get(mount, "mountPath") != repoPath {
+		t.Errorf("%s: mountPath = %v, want %s", p, get(mount, "mountPath"), repoPath)
+	}
+	vol := get(pod, "volumes", 0)
+	if get(vol, "name") != get(mount, "name") {
+		t.Errorf("%s: volume %v does not match mount %v", p, get(vol, "name"), get(mount, "name"))
+	}
+	if get(vol, "hostPath", "type") != "Directory" {
+		t.Errorf("%s: hostPath type = %v, want Directory", p, get(vol, "hostPath", "type"))
+	}
+	if get(vol, "hostPath", "path") != repoPath {
+		t.Errorf("%s: hostPath path = %v, want %s", p, get(vol, "hostPath", "path"), repoPath)
+	}
+}
+
+// TestGPUOperatorConfigNames checks that the NVIDIADriver CR and the
+// proposed Helm values name the ConfigMap artifact.Write emits.
+func TestGPUOperatorConfigNames(t *testing.T) {
+	dir := filepath.Join("k8s", "gpu-operator")
+	cr := readDocs(t, filepath.Join(dir, "nvidiadriver.yaml"))[0].obj
+	if cr["kind"] != "NVIDIADriver" || get(cr, "spec", "repoConfig", "name") != artifact.DefaultConfigMap {
+		t.Errorf("nvidiadriver.yaml: kind %v repoConfig.name %v, want NVIDIADriver and %s",
+			cr["kind"], get(cr, "spec", "repoConfig", "name"), artifact.DefaultConfigMap)
+	}
+	if get(cr, "spec", "usePrecompiled") != false {
+		t.Errorf("nvidiadriver.yaml: usePrecompiled must be false: precompiled drivers ignore repoConfig")
+	}
+	v := readDocs(t, filepath.Join(dir, "values-node-local-paths.yaml"))[0].obj
+	if get(v, "driver", "repoConfig", "configMapName") != artifact.DefaultConfigMap {
+		t.Errorf("values-node-local-paths.yaml: configMapName %v, want %s", get(v, "driver", "repoConfig", "configMapName"), artifact.DefaultConfigMap)
+	}
+	if !slices.Contains(list(get(v, "driver", "repoConfig", "nodeLocalPaths")), any(repoPath)) {
+		t.Errorf("values-node-local-paths.yaml: nodeLocalPaths %v, want %s", get(v, "driver", "repoConfig", "nodeLocalPaths"), repoPath)
+	}
+}
+
+// deb822 parses one deb822 paragraph into fields; continuation lines are
+// joined with newlines, " ." standing for an empty line.
+func deb822(t *testing.T, s string) map[string]string {
+	t.Helper()
+	fields := map[string]string{}
+	var last string
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		switch {
+		case line == "":
+			t.Fatalf("sources entry has more than one paragraph:\n%s", s)
+		case line[0] == ' ' || line[0] == '\t':
+			if last == "" {
+				t.Fatalf("continuation line before any field: %q", line)
+			}
+			l := strings.TrimSpace(line)
+			if l == "." {
+				l = ""
+			}
+			if fields[last] != "" {
+				fields[last] += "\n"
+			}
+			fields[last] += l
+		default:
+			name, value, ok := strings.Cut(line, ":")
+			if !ok {
+				t.Fatalf("not a deb822 field: %q", line)
+			}
+			if _, dup := fields[name]; dup {
+				t.Fatalf("field %s twice", name)
+			}
+			last = name
+			fields[name] = strings.TrimSpace(value)
+		}
+	}
+	return fields
+}
+
+// checkFlatSource checks what apt needs of a flat file: repository entry.
+func checkFlatSource(t *testing.T, where string, f map[string]string) {
+	t.Helper()
+	if f["Types"] != "deb" {
+		t.Errorf("%s: Types %q, want deb", where, f["Types"])
+	}
+	if f["URIs"] != "file://"+repoPath {
+		t.Errorf("%s: URIs %q, want file://%s", where, f["URIs"], repoPath)
+	}
+	if f["Suites"] != "./" {
+		t.Errorf("%s: Suites %q, want ./", where, f["Suites"])
+	}
+	if _, ok := f["Components"]; ok {
+		t.Errorf("%s: has Components: apt rejects it on a flat repository", where)
+	}
+}
+
+// TestArtifacts writes the artifacts with a real key and checks the
+// ConfigMap, the Helm values and the sources file.
+func TestArtifacts(t *testing.T) {
+	signer, err := aptrepo.NewEphemeralSigner("examples test", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := signer.ArmoredPublicKey()
+	signer.Discard()
+	dir := t.TempDir()
+	const keyring = "/usr/share/keyrings/podvm-local-packages.gpg"
+	if _, err := artifact.Write(dir, artifact.Set{
+		RepoPath:    repoPath,
+		KeyringPath: keyring,
+		ArmoredKey:  key,
+		Manifest:    artifact.Manifest{Generator: "examples test", Kernels: []string{"6.8.0-1-generic"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The ConfigMap: one sources entry whose Signed-By is the key itself,
+	// since the driver container has no keyring file of ours.
+	cm := readDocs(t, filepath.Join(dir, artifact.ConfigMapFile))[0].obj
+	if cm["apiVersion"] != "v1" || cm["kind"] != "ConfigMap" {
+		t.Errorf("ConfigMap: apiVersion %v kind %v", cm["apiVersion"], cm["kind"])
+	}
+	if get(cm, "metadata", "name") != artifact.DefaultConfigMap || get(cm, "metadata", "namespace") != artifact.DefaultNamespace {
+		t.Errorf("ConfigMap: name %v namespace %v", get(cm, "metadata", "name"), get(cm, "metadata", "namespace"))
+	}
+	data, _ := cm["data"].(map[string]any)
+	if len(data) != 1 {
+		t.Fatalf("ConfigMap: data has %d keys, want 1 (%s)", len(data), artifact.SourcesFile)
+	}
+	src, _ := data[artifact.SourcesFile].(string)
+	if !strings.HasSuffix(artifact.SourcesFile, ".sources") {
+		t.Errorf("ConfigMap key %s: apt reads only *.sources as deb822", artifact.SourcesFile)
+	}
+	f := deb822(t, src)
+	checkFlatSource(t, "ConfigMap", f)
+	wantKey := strings.TrimSpace(strings.ReplaceAll(string(key), "\r", ""))
+	if f["Signed-By"] != wantKey {
+		t.Errorf("ConfigMap: Signed-By is not the armored key inline:\n%s", f["Signed-By"])
+	}
+	if !strings.HasPrefix(f["Signed-By"], "-----BEGIN PGP PUBLIC KEY BLOCK-----") {
+		t.Errorf("ConfigMap: Signed-By does not start with an armored key block")
+	}
+
+	// The Helm values select that ConfigMap.
+	v := readDocs(t, filepath.Join(dir, artifact.ValuesFile))[0].obj
+	if got := get(v, "driver", "repoConfig", "configMapName"); got != artifact.DefaultConfigMap {
+		t.Errorf("Helm values: driver.repoConfig.configMapName = %v, want %s", got, artifact.DefaultConfigMap)
+	}
+
+	// The sources file for the image itself points at the keyring file.
+	b, err := os.ReadFile(filepath.Join(dir, artifact.SourcesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = deb822(t, string(b))
+	checkFlatSource(t, artifact.SourcesFile, f)
+	if f["Signed-By"] != keyring {
+		t.Errorf("%s: Signed-By %q, want %s", artifact.SourcesFile, f["Signed-By"], keyring)
+	}
+}
