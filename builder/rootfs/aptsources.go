@@ -90,7 +90,7 @@ func debianMirror(sources []aptSource, suite string) (mirror, origin string) {
 			}
 			for _, u := range s.uris {
 				if usableMirror(u) {
-					return strings.TrimSuffix(u, "/"), "the host's apt sources (" + s.origin + ")"
+					return strings.TrimSuffix(u, "/"), "the host's apt sources, " + s.origin
 				}
 			}
 		}

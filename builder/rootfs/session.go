@@ -63,8 +63,12 @@ func (s *session) takeDown() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := s.mounts.Unmount(); err != nil {
-		errs = append(errs, err)
+	if n := len(s.mounts.Mounted()); n > 0 {
+		if err := s.mounts.Unmount(); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.ui.Say(fmt.Sprintf("Unmounted the chroot's %d filesystems", n))
+		}
 	}
 	if s.root != "" {
 		found, err := mount.Sweep(s.root, s.mounts.Warn)

@@ -25,7 +25,7 @@ func (s *stepTeardown) Run(_ context.Context, state multistep.StateBag) multiste
 	if err := sess.takeDown(); err != nil {
 		return halt(state, fmt.Errorf("take down the chroot: %w", err))
 	}
-	ui.Say("Restored resolv.conf and policy-rc.d, unmounted the chroot's filesystems")
+	ui.Say("Put back the tree's own resolv.conf and policy-rc.d (or their absence)")
 	return multistep.ActionContinue
 }
 

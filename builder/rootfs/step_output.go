@@ -125,7 +125,7 @@ func (s *stepOutputDir) Cleanup(state multistep.StateBag) {
 		ui.Error(fmt.Sprintf("Not removing %s: %v", cfg.OutputDirectory, err))
 		return
 	}
-	ui.Say(fmt.Sprintf("Removing output_directory %s after the failed build (keep it with -on-error=abort)", cfg.OutputDirectory))
+	ui.Say(fmt.Sprintf("Removing output_directory %s as the build failed or was cancelled (-on-error=abort keeps it)", cfg.OutputDirectory))
 	if err := removeTree(cfg.OutputDirectory); err != nil {
 		ui.Error(err.Error())
 	}
