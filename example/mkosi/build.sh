@@ -1,0 +1,23 @@
+#!/bin/sh
+# Generate a mkosi tree from the podvm settings (flags or the environment:
+# ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...) and build it with mkosi 25.
+#
+#   sudo ENABLE_NVIDIA_GPU=yes example/mkosi/build.sh [extra mkosi args]
+#
+# Outputs land in example/mkosi/output: the image and podvm-artifacts/
+# (local-packages.sources, GPU Operator ConfigMap and Helm values,
+# keyring.asc, manifest.json).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${PODVM_CACHE:-$root/.cache}
+
+cd "$root"
+go build -o "$cache/bin/packer-plugin-podvm" .
+mkosi=$(scripts/install-mkosi.sh --print-env)
+"$cache/bin/packer-plugin-podvm" mkosi --force --output "$here/tree" \
+	--distribution "${PODVM_DISTRIBUTION:-debian}" --release "${PODVM_RELEASE:-13}"
+mkdir -p "$here/output" "$cache/mkosi-pkgcache"
+cd "$here/tree"
+# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"
+env $mkosi --output-dir="$here/output" --package-cache-dir="$cache/mkosi-pkgcache" -f "$@" build
