@@ -18,6 +18,15 @@ import (
 // Builder is the podvm-rootfs builder.
 type Builder struct {
 	config Config
+	// testHost replaces the real host in tests.
+	testHost *host
+}
+
+func (b *Builder) host() host {
+	if b.testHost != nil {
+		return *b.testHost
+	}
+	return realHost()
 }
 
 var _ packersdk.Builder = (*Builder)(nil)
@@ -28,10 +37,17 @@ func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
 	if err := b.config.Prepare(realHost(), raws...); err != nil {
 		return nil, nil, err
 	}
-	return nil, nil, nil
+	return nil, b.config.hostProblems(realHost()), nil
 }
 
 func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
+	if problems := b.config.hostProblems(b.host()); len(problems) > 0 {
+		var errs *packersdk.MultiError
+		for _, p := range problems {
+			errs = packersdk.MultiErrorAppend(errs, errors.New(p))
+		}
+		return nil, errs
+	}
 	sess := newSession(ui)
 	// Deferred so it also runs when a step panics, and when -on-error=abort
 	// skips the steps' cleanups: the tree is kept then, its mounts are not.

@@ -139,6 +139,31 @@ var (
 	debootstrapOnly = []string{"suite", "mirror", "variant", "components", "include", "keyring"}
 )
 
+// hostProblems says what the host lacks to run a build of c: root, and the
+// tools the build calls. Prepare reports them as warnings, so that packer
+// validate works unprivileged (linting templates in CI, say); Run refuses
+// to start with any of them.
+func (c *Config) hostProblems(h host) []string {
+	var out []string
+	if h.euid != 0 {
+		out = append(out, "podvm-rootfs must run as root: it runs debootstrap, chroot and mount (run packer build with sudo)")
+	}
+	tools := []string{"chroot", "tar", "cp"}
+	if c.SourceType == sourceDebootstrap {
+		tools = append(tools, "debootstrap")
+	}
+	for _, tool := range tools {
+		if _, err := h.lookPath(tool); err != nil {
+			hint := ""
+			if tool == "debootstrap" {
+				hint = "; install the debootstrap package"
+			}
+			out = append(out, fmt.Sprintf("%s not found in PATH: the podvm-rootfs builder needs it%s", tool, hint))
+		}
+	}
+	return out
+}
+
 // Prepare decodes raws into c, fills in defaults and validates every
 // setting, reporting all problems at once.
 func (c *Config) Prepare(h host, raws ...interface{}) error {
@@ -154,15 +179,6 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 	var errs *packersdk.MultiError
 	add := func(format string, a ...any) {
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf(format, a...))
-	}
-
-	if h.euid != 0 {
-		add("podvm-rootfs must run as root: it runs debootstrap, chroot and mount (run packer with sudo)")
-	}
-	for _, tool := range []string{"chroot", "tar"} {
-		if _, err := h.lookPath(tool); err != nil {
-			add("%s not found in PATH: the podvm-rootfs builder needs it", tool)
-		}
 	}
 
 	if c.SourceType == "" {
@@ -190,10 +206,6 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 	if c.SourcePath != "" {
 		add("source_path: %q is only used with source_type %q or %q, not %q", c.SourcePath, sourceTarball, sourceDirectory, sourceDebootstrap)
 	}
-	if _, err := h.lookPath("debootstrap"); err != nil {
-		add("source_type %q: debootstrap not found in PATH; install the debootstrap package", sourceDebootstrap)
-	}
-
 	switch {
 	case c.Suite == "":
 		add("suite: required with source_type %q; set a Debian suite or codename such as \"trixie\"", sourceDebootstrap)

@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -232,24 +233,48 @@ func TestPrepareRejectsBadInput(t *testing.T) {
 	}
 }
 
-func TestPrepareHostChecks(t *testing.T) {
+func TestHostProblems(t *testing.T) {
 	h := fakeHost()
+	c, err := prepare(t, h, map[string]interface{}{"suite": "trixie"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.hostProblems(h); len(p) != 0 {
+		t.Errorf("problems on a good host: %q", p)
+	}
 	h.euid = 1000
 	h.lookPath = func(name string) (string, error) { return "", errors.New("not found") }
-	_, err := prepare(t, h, map[string]interface{}{"suite": "trixie"})
-	if err == nil {
-		t.Fatal("no error")
+	// Validation itself passes: packer validate works without root.
+	if _, err := prepare(t, h, map[string]interface{}{"suite": "trixie"}); err != nil {
+		t.Fatalf("Prepare as non-root: %v", err)
 	}
+	got := strings.Join(c.hostProblems(h), "\n")
 	for _, w := range []string{
 		"podvm-rootfs must run as root",
-		"run packer with sudo",
+		"run packer build with sudo",
 		"chroot not found in PATH",
 		"tar not found in PATH",
-		"debootstrap not found in PATH; install the debootstrap package",
+		"debootstrap not found in PATH: the podvm-rootfs builder needs it; install the debootstrap package",
 	} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error lacks %q:\n%v", w, err)
+		if !strings.Contains(got, w) {
+			t.Errorf("problems lack %q:\n%s", w, got)
 		}
+	}
+	c.SourceType = sourceDirectory
+	if strings.Contains(strings.Join(c.hostProblems(h), "\n"), "debootstrap not found") {
+		t.Error("debootstrap required for a directory source")
+	}
+
+	// Run refuses to start, before touching anything.
+	b := &Builder{config: *c, testHost: &h}
+	out := filepath.Join(t.TempDir(), "out")
+	b.config.OutputDirectory = out
+	_, err = b.Run(context.Background(), &testUi{}, &commandHook{})
+	if err == nil || !strings.Contains(err.Error(), "must run as root") {
+		t.Errorf("Run as non-root: %v", err)
+	}
+	if _, err := os.Stat(lockPath(out)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Run as non-root touched the host (%v)", err)
 	}
 }
 
