@@ -56,6 +56,8 @@ build_cloud() { # name module
 			-ldflags "-X $2/version.VersionPrerelease=" \
 			-o "$out.tmp" "$2") || die "building $2 failed"
 		mv "$out.tmp" "$out"
+		# Drop binaries of earlier pins.
+		find "$bin" -mindepth 1 -maxdepth 1 -type d ! -name "$stamp" -exec rm -rf {} +
 		say "built packer-plugin-$1 in $((SECONDS - start))s"
 	fi
 	"$PACKER" plugins install --path "$out" "github.com/hashicorp/$1" >/dev/null
@@ -73,6 +75,8 @@ mapfile -t setting_envs < <("$bin/packer-plugin-podvm" options --format json |
 	sed -n 's/^ *"env": "\([A-Z0-9_]*\)".*/\1/p')
 [[ ${#setting_envs[@]} -gt 0 ]] || die "no settings listed by packer-plugin-podvm options"
 for v in "${setting_envs[@]}"; do unset "$v"; done
+# Nor can credentials or template variables from the caller's environment.
+while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(PKR_VAR_|ARM_)' || true)
 
 declare -A vars=(
 	[aws]=""
