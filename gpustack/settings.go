@@ -1,6 +1,6 @@
 package gpustack
 
-//go:generate go run ./internal/gensettings -go settings_hcl.go -markdown ../docs/settings.md
+//go:generate go run ./internal/gensettings -go settings_hcl.go -markdown ../docs/settings.md -make ../settings.mk
 //go:generate go tool packer-sdc mapstructure-to-hcl2 -type Settings
 
 import (

@@ -1,0 +1,73 @@
+# A GPU-ready pod VM root filesystem built locally: Debian trixie with a
+# kernel, the NVIDIA driver built for that kernel, the container toolkit with
+# the kata guest prestart hook, and the signed node-local apt repository.
+#
+#   sudo make image                          (from the repository root)
+#   sudo make image ENABLE_NVIDIA_GPU=no     the same image without NVIDIA
+#
+# Every podvm-gpu setting not written below comes from the environment
+# (ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...): `packer-plugin-podvm
+# options` lists them.
+
+packer {
+  required_plugins {
+    podvm = {
+      source  = "github.com/podvm-gpu/podvm"
+      version = ">= 0.1.0"
+    }
+  }
+}
+
+variable "suite" {
+  type        = string
+  default     = "trixie"
+  description = "Debian suite to bootstrap."
+}
+
+variable "mirror" {
+  type        = string
+  default     = ""
+  description = "Debian mirror; empty takes the host's apt configuration."
+}
+
+variable "nvidia_kernel_modules" {
+  type        = string
+  default     = env("NVIDIA_KERNEL_MODULES")
+  description = "open or proprietary; empty lets the plugin choose (open where the branch has it)."
+}
+
+variable "output_directory" {
+  type    = string
+  default = "output-podvm"
+}
+
+variable "artifacts_directory" {
+  type        = string
+  default     = "output-podvm-artifacts"
+  description = "Where the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json go."
+}
+
+variable "output_tarball" {
+  type    = string
+  default = ""
+}
+
+source "podvm-rootfs" "debian" {
+  suite      = var.suite
+  mirror     = var.mirror
+  variant    = "minbase"
+  components = ["main"]
+  # The image's own kernel: the driver is built for it, not for the host's.
+  include          = ["linux-image-amd64", "initramfs-tools", "ca-certificates", "systemd-sysv", "kmod"]
+  output_directory = var.output_directory
+  output_tarball   = var.output_tarball
+}
+
+build {
+  sources = ["source.podvm-rootfs.debian"]
+
+  provisioner "podvm-gpu" {
+    nvidia_kernel_modules = var.nvidia_kernel_modules != "" ? var.nvidia_kernel_modules : null
+    output_dir            = var.artifacts_directory
+  }
+}
