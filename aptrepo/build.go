@@ -210,8 +210,9 @@ func (opts *Options) check() error {
 
 // debFile is one input .deb.
 type debFile struct {
-	path string
-	name string // base name, which becomes Filename in Packages
+	path string // as given, for messages
+	real string // symbolic links resolved: what is read and linked
+	name string // base name of path, which becomes Filename in Packages
 	size int64
 }
 
@@ -234,11 +235,17 @@ func (opts *Options) collect() ([]debFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		if seen[abs] {
+		// A hard link to a symbolic link would be a symbolic link, which
+		// may not resolve inside the repository.
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			return nil, err
+		}
+		if seen[real] {
 			continue
 		}
-		seen[abs] = true
-		fi, err := os.Stat(abs)
+		seen[real] = true
+		fi, err := os.Stat(real)
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +260,7 @@ func (opts *Options) collect() ([]debFile, error) {
 			return nil, fmt.Errorf("%s and %s: two .debs with the same file name", other, p)
 		}
 		byName[name] = p
-		debs = append(debs, debFile{path: abs, name: name, size: fi.Size()})
+		debs = append(debs, debFile{path: abs, real: real, name: name, size: fi.Size()})
 	}
 	if len(debs) == 0 {
 		return nil, errors.New("no .deb files given")
@@ -344,12 +351,12 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 // dir: by a hard link where allowed, else by copying the very bytes that
 // were hashed, so Packages describes exactly the file in the repository.
 func ingest(ctx context.Context, deb debFile, dir string, placement Placement) (*Package, error) {
-	src := deb.path
+	src := deb.real
 	var dst *os.File
 	switch placement {
 	case HardLink:
 		target := filepath.Join(dir, deb.name)
-		if linked, err := tryLink(deb.path, target); err != nil {
+		if linked, err := tryLink(deb.real, target); err != nil {
 			return nil, err
 		} else if linked {
 			src = target // hash what the repository holds

@@ -145,6 +145,14 @@ func TestBuildPlacements(t *testing.T) {
 			}
 			// One source that may not be linked as it is: mode 0600.
 			os.Chmod(debs[0], 0o600)
+			// One that is a symbolic link to a .deb elsewhere.
+			elsewhere := writeDeb(t, t.TempDir(), "x.deb", debSpec{control: controlText("pkg-link", "1", "all", "")})
+			os.Chmod(elsewhere, 0o644)
+			link := filepath.Join(in, "pkg-link_1_all.deb")
+			if err := os.Symlink(elsewhere, link); err != nil {
+				t.Fatal(err)
+			}
+			debs = append(debs, link)
 			parent := t.TempDir()
 			out := filepath.Join(parent, "repo")
 			res, err := Build(context.Background(), Options{
@@ -158,7 +166,13 @@ func TestBuildPlacements(t *testing.T) {
 			if got := leftovers(t, parent); len(got) > 0 {
 				t.Errorf("left behind: %v", got)
 			}
-			if len(res.Packages) != 4 || res.TotalBytes == 0 || res.Fingerprint == "" || res.Dir != out {
+			if placement != IndexOnly {
+				fi, err := os.Lstat(filepath.Join(out, filepath.Base(link)))
+				if err != nil || !fi.Mode().IsRegular() {
+					t.Errorf("symbolic link input: %v, %v", fi.Mode(), err)
+				}
+			}
+			if len(res.Packages) != 5 || res.TotalBytes == 0 || res.Fingerprint == "" || res.Dir != out {
 				t.Errorf("result %+v", res)
 			}
 			a := res.Packages[0]
@@ -171,6 +185,9 @@ func TestBuildPlacements(t *testing.T) {
 			}
 			for i, src := range debs {
 				dst := filepath.Join(out, filepath.Base(src))
+				if i == len(debs)-1 {
+					continue // the symbolic link, checked below
+				}
 				fi, err := os.Stat(dst)
 				switch {
 				case placement == IndexOnly:
