@@ -43,6 +43,7 @@ Flags:
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "repo: %v\n", err)
 		return 2
 	}
 	usageErr := func(msg string) int {
