@@ -40,7 +40,7 @@ type builderEnv struct {
 	dir        string
 }
 
-func repoRoot(t *testing.T) string {
+func builderRepoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
@@ -59,7 +59,7 @@ func setupBuilderEnv(t *testing.T) *builderEnv {
 			t.Fatalf("%s not found: install it (apt-get install debootstrap util-linux)", tool)
 		}
 	}
-	root := repoRoot(t)
+	root := builderRepoRoot(t)
 	packer := os.Getenv("PACKER")
 	if packer == "" {
 		packer = filepath.Join(root, "bin/packer")
@@ -92,9 +92,9 @@ func (e *builderEnv) environ(extra []string) []string {
 	return append(env, extra...)
 }
 
-// rootfsTemplate is a podvm-rootfs build of trixie minbase with the given
+// builderTemplate is a podvm-rootfs build of trixie minbase with the given
 // extra source settings and provisioner blocks.
-func rootfsTemplate(out, sourceExtra, provisioners string) string {
+func builderTemplate(out, sourceExtra, provisioners string) string {
 	return fmt.Sprintf(`
 source "podvm-rootfs" "trixie" {
   suite            = "trixie"
@@ -110,40 +110,40 @@ build {
 `, out, sourceExtra, provisioners)
 }
 
-// packerRun is one packer build, its output and log kept for failures.
-type packerRun struct {
+// builderRun is one packer build, its output and log kept for failures.
+type builderRun struct {
 	cmd    *exec.Cmd
-	output *lockedBuffer
+	output *builderOutput
 	log    string
 	took   time.Duration
 	err    error
 }
 
-type lockedBuffer struct {
+type builderOutput struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *builderOutput) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *builderOutput) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
 }
 
-func (e *builderEnv) startBuild(t *testing.T, template string, args ...string) *packerRun {
+func (e *builderEnv) startBuild(t *testing.T, template string, args ...string) *builderRun {
 	t.Helper()
 	dir := t.TempDir()
 	tpl := filepath.Join(dir, "rootfs.pkr.hcl")
 	if err := os.WriteFile(tpl, []byte(template), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &packerRun{output: &lockedBuffer{}, log: filepath.Join(dir, "packer.log")}
+	r := &builderRun{output: &builderOutput{}, log: filepath.Join(dir, "packer.log")}
 	cmd := exec.Command(e.packer, append(append([]string{"build", "-color=false"}, args...), tpl)...)
 	cmd.Dir = dir
 	cmd.Env = e.environ([]string{"PACKER_LOG=1", "PACKER_LOG_PATH=" + r.log})
@@ -160,7 +160,7 @@ func (e *builderEnv) startBuild(t *testing.T, template string, args ...string) *
 	return r
 }
 
-func (r *packerRun) wait(t *testing.T, start time.Time) {
+func (r *builderRun) wait(t *testing.T, start time.Time) {
 	t.Helper()
 	r.err = r.cmd.Wait()
 	r.took = time.Since(start)
@@ -169,7 +169,7 @@ func (r *packerRun) wait(t *testing.T, start time.Time) {
 }
 
 // logTimings reports the builder's own timings ("...: done in 5.5s").
-func (r *packerRun) logTimings(t *testing.T) {
+func (r *builderRun) logTimings(t *testing.T) {
 	t.Helper()
 	for _, line := range strings.Split(r.output.String(), "\n") {
 		if strings.Contains(line, ": done in ") {
@@ -178,7 +178,7 @@ func (r *packerRun) logTimings(t *testing.T) {
 	}
 }
 
-func (r *packerRun) dump(t *testing.T) {
+func (r *builderRun) dump(t *testing.T) {
 	t.Helper()
 	t.Logf("packer output:\n%s", r.output.String())
 	if data, err := os.ReadFile(r.log); err == nil {
@@ -190,7 +190,7 @@ func (r *packerRun) dump(t *testing.T) {
 	}
 }
 
-func (e *builderEnv) build(t *testing.T, template string, args ...string) *packerRun {
+func (e *builderEnv) build(t *testing.T, template string, args ...string) *builderRun {
 	t.Helper()
 	start := time.Now()
 	r := e.startBuild(t, template, args...)
@@ -198,10 +198,10 @@ func (e *builderEnv) build(t *testing.T, template string, args ...string) *packe
 	return r
 }
 
-// assertClean checks what every build must leave behind, however it
+// assertRootfsClean checks what every build must leave behind, however it
 // ended: nothing mounted under the directory (findmnt is the judge), no
 // process inside it, and the lock released.
-func assertClean(t *testing.T, out string) {
+func assertRootfsClean(t *testing.T, out string) {
 	t.Helper()
 	cmd := exec.Command("findmnt", "-rn", "-o", "TARGET")
 	data, err := cmd.Output()
@@ -237,7 +237,7 @@ func TestBuilderE2E(t *testing.T) {
 		out := filepath.Join(work, "ok")
 		tarball := filepath.Join(work, "ok.tar.zst")
 		download := filepath.Join(work, "downloaded")
-		tpl := rootfsTemplate(out, fmt.Sprintf("  output_tarball = %q", tarball), fmt.Sprintf(`
+		tpl := builderTemplate(out, fmt.Sprintf("  output_tarball = %q", tarball), fmt.Sprintf(`
   provisioner "shell" {
     inline = [
       "echo built-by-packer > /etc/podvm-e2e",
@@ -281,7 +281,7 @@ func TestBuilderE2E(t *testing.T) {
 		if target, err := os.Readlink(filepath.Join(download, "link")); err != nil || target != "/etc/shadow" {
 			t.Errorf("downloaded link: %q, %v", target, err)
 		}
-		names := tarNames(t, tarball)
+		names := rootfsTarNames(t, tarball)
 		for _, want := range []string{"./etc/podvm-e2e", "./usr/bin/apt-get"} {
 			if !names[want] {
 				t.Errorf("tarball lacks %s", want)
@@ -294,12 +294,12 @@ func TestBuilderE2E(t *testing.T) {
 				break
 			}
 		}
-		assertClean(t, out)
+		assertRootfsClean(t, out)
 	})
 
 	t.Run("failing command", func(t *testing.T) {
 		out := filepath.Join(work, "fail")
-		tpl := rootfsTemplate(out, "", `
+		tpl := builderTemplate(out, "", `
   provisioner "shell" {
     inline = ["echo about to fail", "exit 3"]
   }
@@ -312,12 +312,12 @@ func TestBuilderE2E(t *testing.T) {
 		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("output_directory kept after a failed build (%v)", err)
 		}
-		assertClean(t, out)
+		assertRootfsClean(t, out)
 	})
 
 	t.Run("failing command with on-error abort", func(t *testing.T) {
 		out := filepath.Join(work, "abort")
-		tpl := rootfsTemplate(out, "", `
+		tpl := builderTemplate(out, "", `
   provisioner "shell" {
     inline = ["touch /etc/podvm-before-failure", "exit 3"]
   }
@@ -331,7 +331,7 @@ func TestBuilderE2E(t *testing.T) {
 			r.dump(t)
 			t.Errorf("-on-error=abort should keep the tree: %v", err)
 		}
-		assertClean(t, out)
+		assertRootfsClean(t, out)
 		if err := os.RemoveAll(out); err != nil {
 			t.Error(err)
 		}
@@ -339,7 +339,7 @@ func TestBuilderE2E(t *testing.T) {
 
 	t.Run("SIGINT mid-step", func(t *testing.T) {
 		out := filepath.Join(work, "interrupted")
-		tpl := rootfsTemplate(out, "", `
+		tpl := builderTemplate(out, "", `
   provisioner "shell" {
     inline = ["echo podvm-e2e-sleeping", "sleep 60", "touch /etc/podvm-not-reached"]
   }
@@ -348,7 +348,7 @@ func TestBuilderE2E(t *testing.T) {
 		r := env.startBuild(t, tpl)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if !waitForOutput(ctx, r.output, "podvm-e2e-sleeping") {
+		if !waitForBuilderOutput(ctx, r.output, "podvm-e2e-sleeping") {
 			r.cmd.Process.Kill()
 			r.wait(t, start)
 			r.dump(t)
@@ -379,14 +379,14 @@ func TestBuilderE2E(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(out, "etc/podvm-not-reached")); err == nil {
 			t.Error("the provisioner ran past the interrupted sleep")
 		}
-		assertClean(t, out)
+		assertRootfsClean(t, out)
 		if t.Failed() {
 			r.dump(t)
 		}
 	})
 }
 
-func waitForOutput(ctx context.Context, buf *lockedBuffer, marker string) bool {
+func waitForBuilderOutput(ctx context.Context, buf *builderOutput, marker string) bool {
 	for {
 		if strings.Contains(buf.String(), marker) {
 			return true
@@ -399,8 +399,8 @@ func waitForOutput(ctx context.Context, buf *lockedBuffer, marker string) bool {
 	}
 }
 
-// tarNames lists the member names of a .tar.zst file.
-func tarNames(t *testing.T, file string) map[string]bool {
+// rootfsTarNames lists the member names of a .tar.zst file.
+func rootfsTarNames(t *testing.T, file string) map[string]bool {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
