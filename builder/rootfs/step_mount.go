@@ -19,6 +19,10 @@ import (
 type chrootMount struct {
 	mount.Mount
 	path string
+	// onHostDev: the target lies on the bind of the host's /dev, so it is
+	// never created (that would write to the host); without it the mount
+	// is skipped.
+	onHostDev bool
 }
 
 // chrootMounts is what package scripts expect to find: /proc, /sys, /dev
@@ -40,9 +44,9 @@ func chrootMounts() []chrootMount {
 		{path: "/dev", Mount: mount.Mount{Source: "/dev", Flags: syscall.MS_BIND, Private: true}},
 		// A devpts instance of its own: ptys opened in the chroot do not
 		// show up among the host's.
-		{path: "/dev/pts", Mount: mount.Mount{Source: "devpts", FSType: "devpts", Flags: nosuid | noexec,
+		{path: "/dev/pts", onHostDev: true, Mount: mount.Mount{Source: "devpts", FSType: "devpts", Flags: nosuid | noexec,
 			Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"}},
-		{path: "/dev/shm", Mount: mount.Mount{Source: "tmpfs", FSType: "tmpfs", Flags: nosuid | nodev, Data: "mode=1777"}},
+		{path: "/dev/shm", onHostDev: true, Mount: mount.Mount{Source: "tmpfs", FSType: "tmpfs", Flags: nosuid | nodev, Data: "mode=1777"}},
 		{path: "/run", Mount: mount.Mount{Source: "tmpfs", FSType: "tmpfs", Flags: nosuid | nodev, Data: "mode=0755"}},
 	}
 }
@@ -63,7 +67,12 @@ func (s *stepMount) Run(ctx context.Context, state multistep.StateBag) multistep
 		if err != nil {
 			return halt(state, fmt.Errorf("mount %s: %w", m.path, err))
 		}
-		if err := os.MkdirAll(target, 0o755); err != nil {
+		if m.onHostDev {
+			if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+				ui.Say(fmt.Sprintf("Not mounting %s: the host's /dev has no such directory", m.path))
+				continue
+			}
+		} else if err := os.MkdirAll(target, 0o755); err != nil {
 			return halt(state, fmt.Errorf("mount %s: %w", m.path, err))
 		}
 		m.Target = target
