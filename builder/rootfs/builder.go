@@ -76,7 +76,7 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 		return nil, errors.New("build was halted")
 	}
 	a := &Artifact{Dir: b.config.OutputDirectory, Tarball: b.config.OutputTarball}
-	ui.Say(fmt.Sprintf("%s", a))
+	ui.Say(a.String())
 	return a, nil
 }
 
