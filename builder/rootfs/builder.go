@@ -7,7 +7,6 @@ package rootfs
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/hashicorp/hcl/v2/hcldec"
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
