@@ -3,6 +3,7 @@ package aptrepo
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/md5"
@@ -16,6 +17,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -98,12 +100,19 @@ func (e *copyError) Unwrap() error { return e.err }
 // and small enough to keep one per worker.
 const readBufferSize = 256 << 10
 
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
+
 // readDeb reads a .deb from r to its end: it checks the ar structure, parses
 // the control file and digests every byte. The whole file is never held in
 // memory. If copyTo is not nil, every byte read is written to it as well.
 func readDeb(ctx context.Context, r io.Reader, copyTo io.Writer) (*debInfo, error) {
 	hr := newHashingReader(ctx, r, copyTo)
-	br := bufio.NewReaderSize(hr, readBufferSize)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(hr)
+	defer func() {
+		br.Reset(nil)
+		readerPool.Put(br)
+	}()
 	control, err := parseAr(br)
 	if err != nil {
 		return nil, err
@@ -199,7 +208,7 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 			if size > maxControlMember {
 				return nil, fmt.Errorf("control member %s is %d bytes, more than the %d allowed", name, size, maxControlMember)
 			}
-			control, err = readControlMember(name, body)
+			control, err = readControlMember(name, body, size)
 			if err != nil {
 				// Decompressors report a short input in their own words;
 				// what matters is that the file ended inside the member.
@@ -326,9 +335,9 @@ func (c *cappedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readControlMember decompresses a control.tar member and parses the
-// control file in it. r yields exactly the member's bytes.
-func readControlMember(name string, r io.Reader) (Paragraph, error) {
+// readControlMember decompresses a control.tar member of size bytes and
+// parses the control file in it. r yields exactly the member's bytes.
+func readControlMember(name string, r io.Reader, size int64) (Paragraph, error) {
 	var tarStream io.Reader
 	switch strings.TrimPrefix(name, "control.tar") {
 	case "":
@@ -341,11 +350,7 @@ func readControlMember(name string, r io.Reader) (Paragraph, error) {
 		defer zr.Close()
 		tarStream = zr
 	case ".xz":
-		xr, err := newXZReader(r, maxXZDict)
-		if err != nil {
-			return nil, err
-		}
-		tarStream = xr
+		return readXZControl(r, size)
 	case ".zst":
 		zr, err := zstd.NewReader(r,
 			zstd.WithDecoderConcurrency(1),
@@ -360,8 +365,46 @@ func readControlMember(name string, r io.Reader) (Paragraph, error) {
 	default:
 		return nil, fmt.Errorf("unsupported control member compression %q", name)
 	}
+	return parseControlTar(tarStream)
+}
 
-	tr := tar.NewReader(&cappedReader{r: tarStream, n: maxControlTar})
+// Dictionaries for control.tar.xz. Allocating (and zeroing) the 8 MiB that
+// dpkg's xz -6 announces, for a member that is mostly a few KiB, was the
+// largest cost of indexing after hashing. So a member small enough to keep
+// in memory is first decoded with a 1 MiB dictionary, which suffices unless
+// a match reaches back further than that, and decoded again with the full
+// one if that attempt fails.
+const (
+	xzFirstDict = 1 << 20
+	xzBufferMax = 4 << 20
+)
+
+func readXZControl(r io.Reader, size int64) (Paragraph, error) {
+	decode := func(r io.Reader, dict int64) (Paragraph, error) {
+		xr, err := newXZReader(r, dict)
+		if err != nil {
+			return nil, err
+		}
+		return parseControlTar(xr)
+	}
+	if size > xzBufferMax {
+		return decode(r, maxXZDict)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	p, err := decode(bytes.NewReader(data), xzFirstDict)
+	if err == nil || errors.Is(err, errTooLarge) || errors.Is(err, errControl) {
+		return p, err
+	}
+	return decode(bytes.NewReader(data), maxXZDict)
+}
+
+// parseControlTar reads a control.tar stream up to its control file and
+// parses that.
+func parseControlTar(r io.Reader) (Paragraph, error) {
+	tr := tar.NewReader(&cappedReader{r: r, n: maxControlTar})
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash/crc32"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -197,7 +198,7 @@ func TestReadDebXZDictionary(t *testing.T) {
 	if info.control.Value("Package") != "bigdict" {
 		t.Errorf("control = %q", info.control)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > maxXZDict+4<<20 {
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > xzFirstDict+4<<20 {
 		t.Errorf("allocated %d MiB for a tiny control member", alloc>>20)
 	}
 }
@@ -261,4 +262,31 @@ func badPadding() []byte {
 	b := arBytes(arMember{"debian-binary", []byte("2.0")})
 	b[len(b)-1] = 'x'
 	return b
+}
+
+// TestReadDebXZFarMatch: a control.tar.xz whose control file can only be
+// reached through a match 1.5 MiB back, beyond the first dictionary tried,
+// still reads.
+func TestReadDebXZFarMatch(t *testing.T) {
+	block := make([]byte, 3<<19)
+	rand.NewChaCha8([32]byte{1}).Read(block)
+	ctl := tarBytes(t, "./a", string(block), "./b", string(block), "./control", controlText("far", "1", "all", ""))
+	xzData := compress(t, "xz", ctl)
+	if len(xzData) > xzBufferMax || len(xzData) > 2<<20 {
+		t.Fatalf("compressed to %d bytes; the test wants the second copy to be a match", len(xzData))
+	}
+	deb := arBytes(arMember{"debian-binary", []byte("2.0\n")}, arMember{"control.tar.xz", xzData}, arMember{"data.tar", nil})
+	info, err := readDebBytes(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInfo(t, deb, info, "far")
+	// And the first attempt alone does fail: the retry is what reads it.
+	xr, err := newXZReader(bytes.NewReader(xzData), xzFirstDict)
+	if err == nil {
+		_, err = parseControlTar(xr)
+	}
+	if err == nil {
+		t.Error("a 1 MiB dictionary decoded a match 1.5 MiB back")
+	}
 }

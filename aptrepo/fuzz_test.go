@@ -105,7 +105,7 @@ func FuzzControlMember(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		name := controlMemberNames[int(kind)%len(controlMemberNames)]
-		p, err := readControlMember(name, bytes.NewReader(data))
+		p, err := readControlMember(name, bytes.NewReader(data), int64(len(data)))
 		if err == nil && len(p) == 0 {
 			t.Fatal("accepted an empty control paragraph")
 		}

@@ -7,9 +7,9 @@
 #
 # Needs: go, apt-get/apt-cache (the host's apt sources, for the first run
 # only), apt-ftparchive (apt-utils), dpkg-scanpackages (dpkg-dev), gpg,
-# coreutils, and hyperfine. The .debs are fetched once with apt-get download
-# through the host's apt configuration into
-# ${PODVM_CACHE:-~/.cache/podvm}/debs/bench and reused afterwards; the
+# coreutils, python3 and GNU time (Debian package time). The .debs are
+# fetched once with apt-get download through the host's apt configuration
+# into ${PODVM_CACHE:-~/.cache/podvm}/debs/bench and reused afterwards; the
 # host's own apt state is not touched. Results go to stdout as Markdown.
 set -euo pipefail
 
@@ -30,7 +30,7 @@ MIN_DEBS=100
 MIN_MIB=200
 
 tools=(apt-get apt-cache)
-$FETCH_ONLY || tools+=(go apt-ftparchive dpkg-scanpackages gpg sha256sum hyperfine python3)
+$FETCH_ONLY || tools+=(go apt-ftparchive dpkg-scanpackages gpg gzip sha256sum python3 /usr/bin/time)
 for tool in "${tools[@]}"; do
 	command -v "$tool" >/dev/null || { echo "run.sh: $tool is not installed" >&2; exit 1; }
 done
@@ -102,14 +102,40 @@ dpkg-scanpackages --multiversion . >"$WORK/scan-Packages" 2>/dev/null
 SH
 
 export SOURCE_DATE_EPOCH=$(date +%s)
-hyperfine --style basic --warmup 1 --runs "$RUNS" --export-json "$WORK/results.json" \
-	-n 'podvm repo --in-place' "$WORK/podvm repo --debs $WORK/debs --in-place >/dev/null" \
-	-n 'podvm repo --link' "$WORK/podvm repo --debs $WORK/debs --out $WORK/repo --link >/dev/null" \
-	-n 'podvm repo --in-place, GOMAXPROCS=1' "GOMAXPROCS=1 $WORK/podvm repo --debs $WORK/debs --in-place >/dev/null" \
-	-n 'apt-ftparchive + gpg' "bash $WORK/ftparchive.sh" \
-	-n 'dpkg-scanpackages' "bash $WORK/scanpackages.sh" \
-	-n 'sha256sum (floor)' "cd $WORK/debs && sha256sum ./*.deb >/dev/null" \
-	-n 'cat (read only)' "cd $WORK/debs && cat ./*.deb >/dev/null" >&2
+names=(
+	'podvm repo --in-place'
+	'podvm repo --link'
+	'podvm repo --in-place, GOMAXPROCS=1'
+	'apt-ftparchive + gzip + gpg'
+	'dpkg-scanpackages'
+	'sha256sum (floor)'
+	'cat (read only)'
+)
+cmds=(
+	"$WORK/podvm repo --debs $WORK/debs --in-place >/dev/null"
+	"$WORK/podvm repo --debs $WORK/debs --out $WORK/repo --link >/dev/null"
+	"GOMAXPROCS=1 $WORK/podvm repo --debs $WORK/debs --in-place >/dev/null"
+	"bash $WORK/ftparchive.sh"
+	"bash $WORK/scanpackages.sh"
+	"cd $WORK/debs && sha256sum ./*.deb >/dev/null"
+	"cd $WORK/debs && cat ./*.deb >/dev/null"
+)
+# Rounds interleave the contenders, each round starting one further along,
+# so that load from elsewhere on the host hits all of them alike; the
+# report uses medians. Round 0 only warms the page cache.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+: >"$WORK/times"
+for ((round = 0; round <= RUNS; round++)); do
+	for ((k = 0; k < ${#names[@]}; k++)); do
+		i=$(((k + round) % ${#names[@]}))
+		/usr/bin/time -f '%e %U %S' -o "$WORK/t" bash -c "${cmds[$i]}"
+		if ((round > 0)); then
+			printf '%s\t%s\n' "${names[$i]}" "$(cat "$WORK/t")" >>"$WORK/times"
+		fi
+	done
+	echo "round $round of $RUNS done" >&2
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Sanity: the tools agree on what they indexed.
 ours=$(grep -c '^Package:' "$WORK/debs/Packages")
@@ -126,18 +152,23 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) x $cpu, $(free -g | awk '/^Mem:/{print $2}') GiB RAM,"
 echo "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r), $(go version | cut -d' ' -f3),"
 echo "apt-ftparchive $(dpkg-query -W -f '${Version}' apt-utils), dpkg-dev $(dpkg-query -W -f '${Version}' dpkg-dev), gpg $(gpg --version | head -1 | cut -d' ' -f3)."
-echo "Input: $count .debs, $mib MiB (warm page cache; $RUNS runs after one warm-up)."
+echo "Input: $count .debs, $mib MiB, warm page cache; median of $RUNS interleaved rounds after one warm-up."
+echo "Load average before and after: $load_before / $load_after."
 echo
-python3 - "$WORK/results.json" <<'PY'
-import json, sys
-res = json.load(open(sys.argv[1]))["results"]
-by = {r["command"]: r for r in res}
-ours = by["podvm repo --in-place"]["mean"]
-floor = by["sha256sum (floor)"]["mean"]
-print("| | wall (mean ± σ) | CPU (user+sys) | vs. sha256sum | vs. podvm --in-place |")
+python3 - "$WORK/times" "${names[@]}" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+order = sys.argv[2:]
+data = {n: [] for n in order}
+for name, t in rows:
+    e, u, s = map(float, t.split())
+    data[name].append((e, u + s))
+med = {n: statistics.median(e for e, _ in v) for n, v in data.items()}
+cpu = {n: statistics.median(c for _, c in v) for n, v in data.items()}
+floor, ours = med["sha256sum (floor)"], med["podvm repo --in-place"]
+print("| | wall, median (min-max) | CPU, median | wall vs. sha256sum | wall vs. podvm --in-place |")
 print("|---|---:|---:|---:|---:|")
-for r in res:
-    m = r["mean"]
-    cpu = (r.get("user") or 0) + (r.get("system") or 0)
-    print(f"| {r['command']} | {m:.3f} s ± {r['stddev'] or 0:.3f} | {cpu:.2f} s | {m/floor:.2f}x | {m/ours:.2f}x |")
+for n in order:
+    es = [e for e, _ in data[n]]
+    print(f"| {n} | {med[n]:.2f} s ({min(es):.2f}-{max(es):.2f}) | {cpu[n]:.2f} s | {med[n]/floor:.2f}x | {med[n]/ours:.2f}x |")
 PY
