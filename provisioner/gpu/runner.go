@@ -354,7 +354,8 @@ func (lw *lineWriter) line(l string) {
 		l = l[i+1:]
 	}
 	if lw.ui != nil {
-		lw.ui.Say(l)
+		// Remote output is detail under the step heading, as in packer's shell provisioner.
+		lw.ui.Message(l)
 	}
 	lw.lines = append(lw.lines, l)
 	if len(lw.lines) > tailLines {

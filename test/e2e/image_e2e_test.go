@@ -1,0 +1,348 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"gopkg.in/yaml.v3"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+// TestImageE2E builds example/local with real packer, exactly as
+// `sudo make image` does, with the GPU stack on: Debian's nvidia driver
+// (DKMS, open modules) for the rootfs's own kernel, the container toolkit
+// from a local stand-in of NVIDIA's repository (see toolkitMirror), the hook
+// and CDI service, and the signed local repository. Then a second minimal
+// rootfs plays the GPU Operator's driver container: with the baked
+// repository bind-mounted read-only and the ConfigMap's sources entry as its
+// only apt source, it installs the kernel headers inside a network namespace
+// with no network at all.
+//
+//	go test -tags e2e -run TestImageE2E -v -timeout 60m ./test/e2e/
+func TestImageE2E(t *testing.T) {
+	env := setupBuilderEnv(t)
+	root := builderRepoRoot(t)
+	cache := os.Getenv("PODVM_CACHE")
+	if cache == "" {
+		cache = filepath.Join(root, ".cache")
+	}
+	mirror := startToolkitMirror(t, root, cache)
+
+	work := t.TempDir()
+	rootfs := filepath.Join(work, "rootfs")
+	arts := filepath.Join(work, "artifacts")
+	start := time.Now()
+	cmd := exec.Command(env.packer, "build", "-color=false",
+		"-var", "output_directory="+rootfs, "-var", "artifacts_directory="+arts, ".")
+	cmd.Dir = filepath.Join(root, "example/local")
+	cmd.Env = env.environ([]string{
+		"ENABLE_NVIDIA_GPU=yes",
+		"NVIDIA_KERNEL_MODULES=open",
+		"NVIDIA_HOOK_MODE=both",
+		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + mirror.URL,
+		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + mirror.Keyring,
+	})
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("packer build of example/local took %s", time.Since(start).Round(time.Second))
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, ": done in ") || strings.Contains(line, "steps done in") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	if err != nil {
+		t.Fatalf("packer build: %v\n%s", err, tail(out.String(), 80))
+	}
+	assertRootfsClean(t, rootfs)
+
+	kernels := dirNames(t, filepath.Join(rootfs, "usr/lib/modules"))
+	if len(kernels) != 1 {
+		t.Fatalf("kernels in the image: %v, want one", kernels)
+	}
+	kver := kernels[0]
+	var uts syscall.Utsname
+	must(t, syscall.Uname(&uts))
+	host := utsString(uts.Release)
+	t.Logf("image kernel %s, host kernel %s", kver, host)
+
+	t.Run("modules built for the image kernel", func(t *testing.T) {
+		if kver == host {
+			t.Skipf("host and image run the same kernel %s: cannot tell them apart", host)
+		}
+		got := run(t, rootfs, "chroot", rootfs, "modinfo", "-k", kver, "-F", "filename", "nvidia-current")
+		if !strings.Contains(got, "/lib/modules/"+kver+"/") {
+			t.Errorf("modinfo nvidia-current for %s: %s", kver, got)
+		}
+		if _, err := os.Stat(filepath.Join(rootfs, "usr/lib/modules", host)); err == nil {
+			t.Errorf("modules were built for the host's kernel %s too", host)
+		}
+	})
+
+	t.Run("hook, toolkit config, units", func(t *testing.T) {
+		hook := filepath.Join(rootfs, gpustack.HookPath)
+		assertOwnerMode(t, hook, 0o755)
+		b, err := os.ReadFile(hook)
+		must(t, err)
+		if !strings.Contains(string(b), "exec /usr/bin/nvidia-container-toolkit -debug") {
+			t.Errorf("hook script:\n%s", b)
+		}
+		if fi, err := os.Lstat(filepath.Join(rootfs, "usr/bin/nvidia-container-toolkit")); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			t.Errorf("the toolkit's hook binary is missing: %v", err)
+		}
+		var cfg struct {
+			DisableRequire bool `toml:"disable-require"`
+			CLI            struct {
+				NoCgroups bool   `toml:"no-cgroups"`
+				NoPivot   bool   `toml:"no-pivot"`
+				Debug     string `toml:"debug"`
+			} `toml:"nvidia-container-cli"`
+			Runtime struct {
+				Debug string `toml:"debug"`
+			} `toml:"nvidia-container-runtime"`
+		}
+		if _, err := toml.DecodeFile(filepath.Join(rootfs, "etc/nvidia-container-runtime/config.toml"), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if !cfg.DisableRequire || !cfg.CLI.NoCgroups || !cfg.CLI.NoPivot || cfg.CLI.Debug == "" || cfg.Runtime.Debug == "" {
+			t.Errorf("toolkit config: %+v", cfg)
+		}
+		for _, p := range []string{
+			"etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service",
+			"etc/systemd/system/multi-user.target.wants/nvidia-cdi-generate.service",
+			"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
+			"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
+			"etc/modprobe.d/podvm-blacklist-nouveau.conf",
+		} {
+			if _, err := os.Lstat(filepath.Join(rootfs, p)); err != nil {
+				t.Error(err)
+			}
+		}
+		assertOwnerMode(t, filepath.Join(rootfs, "usr/libexec/podvm-gpu/has-nvidia-gpu"), 0o755)
+	})
+
+	repo := filepath.Join(rootfs, "opt/local-packages")
+	var m artifact.Manifest
+	t.Run("repository and manifest", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(arts, artifact.ManifestFile))
+		must(t, err)
+		must(t, json.Unmarshal(b, &m))
+		inImage, err := os.ReadFile(filepath.Join(repo, "manifest.json"))
+		must(t, err)
+		if !bytes.Equal(b, inImage) {
+			t.Error("manifest.json differs between the image and the output directory")
+		}
+		if strings.Join(m.Kernels, " ") != kver || m.GPU == nil || m.GPU.Flavour != "open" || m.Repo == nil {
+			t.Fatalf("manifest: %s", b)
+		}
+		names := map[string]bool{}
+		for _, p := range m.Repo.Packages {
+			names[p.Name] = true
+			if _, err := os.Stat(filepath.Join(repo, p.Filename)); err != nil {
+				t.Errorf("manifest lists %s, not in the repo: %v", p.Filename, err)
+			}
+		}
+		for _, want := range []string{"linux-headers-" + kver, "linux-image-" + kver} {
+			if !names[want] {
+				t.Errorf("repo lacks %s", want)
+			}
+		}
+		filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
+			must(t, err)
+			want := fs.FileMode(0o644)
+			if d.IsDir() {
+				want = 0o755
+			}
+			assertOwnerMode(t, p, want)
+			return nil
+		})
+		for _, f := range []string{"InRelease", "Release", "Release.gpg", "Packages", "Packages.gz"} {
+			if _, err := os.Stat(filepath.Join(repo, f)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
+	t.Run("no private key material", func(t *testing.T) {
+		scanNoPrivateKey(t, rootfs)
+		scanNoPrivateKey(t, arts)
+	})
+
+	t.Run("offline driver container", func(t *testing.T) {
+		offlineDriverContainer(t, env, arts, repo, kver)
+	})
+}
+
+// offlineDriverContainer installs the kernel headers the way the GPU
+// Operator's driver container does, with the ConfigMap's sources entry as
+// the only apt source and no network.
+func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver string) {
+	ctr := filepath.Join(t.TempDir(), "driver-container")
+	r := env.build(t, builderTemplate(ctr, "", ""))
+	if r.err != nil {
+		r.dump(t)
+		t.Fatalf("build the stand-in driver container: %v", r.err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	b, err := os.ReadFile(filepath.Join(arts, artifact.ConfigMapFile))
+	must(t, err)
+	must(t, yaml.Unmarshal(b, &cm))
+	sources := cm.Data[artifact.SourcesFile]
+	if sources == "" {
+		t.Fatalf("ConfigMap has no %s", artifact.SourcesFile)
+	}
+	// The ConfigMap's entry is the only source, as in the driver container.
+	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list")))
+	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list.d")))
+	must(t, os.MkdirAll(filepath.Join(ctr, "etc/apt/sources.list.d"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ctr, "etc/apt/sources.list.d", artifact.SourcesFile), []byte(sources), 0o644))
+
+	mnt := filepath.Join(ctr, "opt/local-packages")
+	must(t, os.MkdirAll(mnt, 0o755))
+	run(t, ctr, "mount", "--bind", repo, mnt)
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	run(t, ctr, "mount", "-o", "remount,bind,ro", mnt)
+	proc := filepath.Join(ctr, "proc")
+	run(t, ctr, "mount", "-t", "proc", "proc", proc)
+	t.Cleanup(func() { exec.Command("umount", proc).Run() })
+
+	script := "set -e; cd /tmp; export DEBIAN_FRONTEND=noninteractive; apt-get update; " +
+		"apt-cache show linux-headers-" + kver + " >/dev/null; " +
+		"apt-get install -y --no-install-recommends linux-headers-" + kver + "; " +
+		"apt-get download linux-image-" + kver + "; ls -l /tmp/*.deb"
+	cmd := exec.Command("unshare", "-n", "chroot", ctr, "/bin/sh", "-c", script)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+	out, err := cmd.CombinedOutput()
+	t.Logf("driver container (no network):\n%s", tail(string(out), 25))
+	if err != nil {
+		t.Fatalf("offline install: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "W:") || strings.HasPrefix(line, "E:") {
+			t.Errorf("apt warned: %s", line)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ctr, "usr/src/linux-headers-"+kver)); err != nil {
+		t.Errorf("headers not installed: %v", err)
+	}
+	// Read-only really means read-only.
+	if err := os.WriteFile(filepath.Join(mnt, "x"), nil, 0o644); err == nil {
+		t.Error("the repository mount is writable")
+	}
+}
+
+// scanNoPrivateKey fails on any armored private key block or any OpenPGP
+// keyring file that holds a private key.
+func scanNoPrivateKey(t *testing.T, dir string) {
+	t.Helper()
+	marker := []byte("PRIVATE KEY BLOCK")
+	files := 0
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if rel, _ := filepath.Rel(dir, p); strings.HasPrefix(rel, "proc/") || strings.HasPrefix(rel, "sys/") {
+			return fs.SkipDir
+		}
+		files++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		// Distro packages ship test keys and docs; what we wrote must not.
+		if bytes.Contains(b, marker) && ownedByUs(p) {
+			t.Errorf("private key block in %s", p)
+		}
+		if strings.HasSuffix(p, ".gpg") || strings.HasSuffix(p, ".asc") {
+			if els, err := openpgp.ReadKeyRing(bytes.NewReader(b)); err == nil {
+				for _, e := range els {
+					if e.PrivateKey != nil {
+						t.Errorf("%s holds a private key", p)
+					}
+				}
+			} else if els, err := openpgp.ReadArmoredKeyRing(bytes.NewReader(b)); err == nil {
+				for _, e := range els {
+					if e.PrivateKey != nil {
+						t.Errorf("%s holds a private key", p)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	t.Logf("scanned %d files under %s", files, dir)
+}
+
+// ownedByUs reports paths podvm-gpu writes, where a private key block would
+// be ours; elsewhere (package docs, test data) it is the distro's.
+func ownedByUs(p string) bool {
+	for _, s := range []string{"/opt/local-packages", "/usr/share/keyrings/", "/etc/apt/", "artifacts"} {
+		if strings.Contains(p, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func assertOwnerMode(t *testing.T, p string, want fs.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if fi.Mode().Perm() != want {
+		t.Errorf("%s: mode %04o, want %04o", p, fi.Mode().Perm(), want)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (st.Uid != 0 || st.Gid != 0) {
+		t.Errorf("%s: owner %d:%d, want root:root", p, st.Uid, st.Gid)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	must(t, err)
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+func utsString(a [65]int8) string {
+	var b []byte
+	for _, c := range a {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
