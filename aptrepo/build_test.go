@@ -455,7 +455,7 @@ func TestReproducible(t *testing.T) {
 	build := func(signer *Signer, placement Placement) map[string]string {
 		in := t.TempDir()
 		smallRepoDebs(t, in)
-		if _, err := os.Stat("/usr/bin/dpkg-deb"); err == nil {
+		if have(t, "dpkg-deb") {
 			dpkgDeb(t, in, "real_1_all.deb", controlText("real", "1", "all", ""), "xz")
 		}
 		out := filepath.Join(t.TempDir(), "repo")
@@ -469,7 +469,7 @@ func TestReproducible(t *testing.T) {
 	}
 	signer := testSigner(t, testDate)
 	loaded := func() *Signer { return signer }
-	if _, err := os.Stat("/usr/bin/gpg"); err == nil {
+	if have(t, "gpg") {
 		key := gpgFixtures(t)["rsa3072-passphrase"]
 		t.Setenv("APTREPO_TEST_PASS", "correct horse")
 		loaded = func() *Signer {

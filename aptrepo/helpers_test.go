@@ -142,9 +142,7 @@ func writeDeb(t testing.TB, dir, file string, s debSpec) string {
 // with comp (gzip, xz, zstd or none), and returns its path.
 func dpkgDeb(t testing.TB, dir, file, control, comp string) string {
 	t.Helper()
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("dpkg-deb not installed (Debian package dpkg)")
-	}
+	need(t, "dpkg-deb")
 	root := t.TempDir()
 	name := strings.Fields(strings.SplitN(control, "\n", 2)[0])[1]
 	doc := filepath.Join(root, "usr/share/doc", name)
@@ -184,13 +182,33 @@ func testSigner(t testing.TB, date time.Time) *Signer {
 // testDate is a fixed Release date, in the past of any test run.
 var testDate = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 
+// need skips the test when a tool is missing, or fails it when
+// PODVM_REQUIRE_ROOT=1 (set by make check and CI, where every real-tool
+// test must run).
 func need(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("PODVM_REQUIRE_ROOT") == "1" {
+				t.Fatalf("%s not installed, and PODVM_REQUIRE_ROOT=1 says this test must run", tool)
+			}
 			t.Skipf("%s not installed", tool)
 		}
 	}
+}
+
+// have reports whether tool is installed, for checks a test adds when it
+// can; under PODVM_REQUIRE_ROOT=1 a missing tool fails the test instead.
+func have(t testing.TB, tool string) bool {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err != nil {
+		if os.Getenv("PODVM_REQUIRE_ROOT") == "1" {
+			t.Fatalf("%s not installed, and PODVM_REQUIRE_ROOT=1 says every check must run", tool)
+		}
+		t.Logf("%s not installed: skipping its checks", tool)
+		return false
+	}
+	return true
 }
 
 func readFile(t testing.TB, path string) []byte {
