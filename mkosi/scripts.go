@@ -165,13 +165,22 @@ const downloadClosure = `echo "  downloading$pkgs with their dependency closure"
 status=$(mktemp)
 apt-get -q -o Dir::State::Status="$status" -o Dir::Cache::Archives="$repo/" -o APT::Get::Download-Only=true install $pkgs
 rm -rf "$status" "$repo/partial" "$repo/lock"
+` + debNames
+
+// debNames renames apt's downloads to the archive's own names: apt writes
+// an epoch as "%3a" into the file name, which the repository indexer
+// refuses and the pool never has (libattr1_1%3a2.5.2-3_amd64.deb is
+// libattr1_2.5.2-3_amd64.deb there).
+const debNames = `for f in "$repo"/*%3a*.deb; do
+	[ -e "$f" ] || continue
+	mv "$f" "$(echo "$f" | sed 's/_[0-9]*%3a/_/')"
+done
 chmod 0644 "$repo"/*.deb
 `
 
 const downloadOnly = `echo "  downloading$pkgs"
 (cd "$repo" && apt-get -q download $pkgs)
-chmod 0644 "$repo"/*.deb
-`
+` + debNames
 
 // noPrivateKeys fails the build on armored private keys anywhere in the
 // image; the repository's key is made and discarded on the host.
