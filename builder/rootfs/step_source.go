@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -56,7 +57,10 @@ func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui
 			err := timed(ui, "Unpacking the cached base tree "+cached, func() error {
 				return extractTarball(ctx, cached, root)
 			})
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
+				return scrubHostIdentity(root)
+			}
+			if ctx.Err() != nil {
 				return err
 			}
 			// A damaged entry must not fail every build of the day.
@@ -93,6 +97,9 @@ func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui
 		ui.Say(fmt.Sprintf("Unmounted what debootstrap left mounted: %s", strings.Join(found, ", ")))
 	}
 	if err != nil {
+		return err
+	}
+	if err := scrubHostIdentity(root); err != nil {
 		return err
 	}
 	if cfg.SkipCache {
@@ -139,4 +146,32 @@ func debootstrapArgs(cfg *Config, root string) []string {
 		args = append(args, cfg.Mirror)
 	}
 	return args
+}
+
+// debootstrap copies the build host's hostname, hosts and resolv.conf into
+// the tree; an image must not carry them. The image gets Debian's neutral
+// defaults and no resolv.conf (the builder supplies one only while it runs).
+func scrubHostIdentity(root string) error {
+	files := map[string]string{
+		"etc/hostname": "localhost\n",
+		"etc/hosts": "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n" +
+			"ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		// Never write through a link that might point out of the tree.
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("reset %s: %w", name, err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("reset %s: %w", name, err)
+		}
+	}
+	p := filepath.Join(root, "etc/resolv.conf")
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("remove the host's resolv.conf: %w", err)
+		}
+	}
+	return nil
 }

@@ -30,10 +30,14 @@ variable "mirror" {
   description = "Debian mirror; empty takes the host's apt configuration."
 }
 
+# Debian 13's nvidia-open-kernel-dkms 550.163.01 does not build against the
+# archive's current kernel (6.12.117 changed pci_resize_resource), so this
+# example defaults to the proprietary modules; NVIDIA_KERNEL_MODULES=open or
+# -var nvidia_kernel_modules=open selects the open ones.
 variable "nvidia_kernel_modules" {
   type        = string
-  default     = env("NVIDIA_KERNEL_MODULES")
-  description = "open or proprietary; empty lets the plugin choose (open where the branch has it)."
+  default     = env("NVIDIA_KERNEL_MODULES") != "" ? env("NVIDIA_KERNEL_MODULES") : "proprietary"
+  description = "open or proprietary."
 }
 
 variable "output_directory" {
@@ -67,7 +71,7 @@ build {
   sources = ["source.podvm-rootfs.debian"]
 
   provisioner "podvm-gpu" {
-    nvidia_kernel_modules = var.nvidia_kernel_modules != "" ? var.nvidia_kernel_modules : null
+    nvidia_kernel_modules = var.nvidia_kernel_modules
     output_dir            = var.artifacts_directory
   }
 }
