@@ -24,7 +24,7 @@ import (
 
 // TestImageE2E builds example/local with real packer, exactly as
 // `sudo make image` does, with the GPU stack on: Debian's nvidia driver
-// (DKMS, open modules) for the rootfs's own kernel, the container toolkit
+// (DKMS, proprietary modules) for the rootfs's own kernel, the container toolkit
 // from a local stand-in of NVIDIA's repository (see toolkitMirror), the hook
 // and CDI service, and the signed local repository. Then a second minimal
 // rootfs plays the GPU Operator's driver container: with the baked
@@ -51,7 +51,7 @@ func TestImageE2E(t *testing.T) {
 	cmd.Dir = filepath.Join(root, "example/local")
 	cmd.Env = env.environ([]string{
 		"ENABLE_NVIDIA_GPU=yes",
-		"NVIDIA_KERNEL_MODULES=open",
+		"NVIDIA_KERNEL_MODULES=proprietary", // see example/local: trixie's open modules fail to build today
 		"NVIDIA_HOOK_MODE=both",
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + mirror.URL,
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + mirror.Keyring,
@@ -146,7 +146,7 @@ func TestImageE2E(t *testing.T) {
 		if !bytes.Equal(b, inImage) {
 			t.Error("manifest.json differs between the image and the output directory")
 		}
-		if strings.Join(m.Kernels, " ") != kver || m.GPU == nil || m.GPU.Flavour != "open" || m.Repo == nil {
+		if strings.Join(m.Kernels, " ") != kver || m.GPU == nil || m.GPU.Flavour != "proprietary" || m.Repo == nil {
 			t.Fatalf("manifest: %s", b)
 		}
 		names := map[string]bool{}
