@@ -64,11 +64,12 @@ func startToolkitMirror(t *testing.T, root, cache string) toolkitMirror {
 	for _, tree := range []string{base, hook, lib, tools} {
 		run(t, work, "dpkg-deb", "--root-owner-group", "--build", tree, debs)
 	}
-	signer, err := aptrepo.NewEphemeralSigner("podvm e2e toolkit mirror", time.Now())
+	date := time.Now().Add(-time.Minute).Truncate(time.Second)
+	signer, err := aptrepo.NewEphemeralSigner("podvm e2e toolkit mirror", date)
 	must(t, err)
 	repo := filepath.Join(work, "repo")
 	res, err := aptrepo.Build(context.Background(), aptrepo.Options{DebDir: debs, Out: repo, Placement: aptrepo.Copy,
-		Origin: "podvm-e2e", Label: "toolkit mirror", Date: time.Now().Add(-time.Minute), Signer: signer})
+		Origin: "podvm-e2e", Label: "toolkit mirror", Date: date, Signer: signer})
 	must(t, err)
 	keyring := filepath.Join(work, "toolkit-mirror.gpg")
 	must(t, os.WriteFile(keyring, signer.PublicKeyring(), 0o644))
