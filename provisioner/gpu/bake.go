@@ -2,6 +2,9 @@ package gpu
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -82,8 +85,20 @@ func (aptrepoIndexer) Index(ctx context.Context, req indexRequest) (*indexResult
 // back into that directory, which is then renamed into place: a failure at
 // any point leaves the previous repository (or none), never a half-written
 // one.
-func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) error {
+func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	newDir, oldDir := b.Dir+".podvm-new", b.Dir+".podvm-old"
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Leave no debris beside the repository. The build's context may be
+		// cancelled already; the cleanup gets a short one of its own.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, cerr := e.r.query(cctx, "rm -rf "+shellQuote(newDir)); cerr != nil {
+			e.ui.Error(fmt.Sprintf("could not remove %s: %v", newDir, cerr))
+		}
+	}()
 	if _, err := e.r.runApt(ctx, downloadCommand(b, newDir)); err != nil {
 		return err
 	}
@@ -126,7 +141,15 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) error {
 			total += fi.Size()
 		}
 	}
-	e.ui.Say(fmt.Sprintf("copied %d packages (%.1f MiB) to the build host; indexing and signing there", len(names), float64(total)/(1<<20)))
+	e.ui.Say(fmt.Sprintf("copied %d packages (%.1f MiB) to the build host", len(names), float64(total)/(1<<20)))
+
+	// A rerun that resolves the very same .debs keeps the signed repository
+	// as it is: re-signing with a new ephemeral key would change the key
+	// nodes trust for no reason.
+	if kept, err := e.keepUnchanged(ctx, b, debDir, newDir); err != nil || kept {
+		return err
+	}
+	e.ui.Say("indexing and signing on the build host")
 
 	o := e.plan.Options
 	date := o.Timestamp()
@@ -263,4 +286,74 @@ func (e *executor) manifest(b gpustack.BakeRepo, res *indexResult, date time.Tim
 	}
 	m.Repo = repo
 	return m
+}
+
+// keepUnchanged reports whether the repository in the image already holds
+// exactly the .debs in debDir (same file names and SHA256). If so it drops
+// newDir, rewrites the host artifacts from the repository's own manifest and
+// key, and says so.
+func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDir, newDir string) (bool, error) {
+	dir := shellQuote(b.Dir)
+	probe := "if [ -f " + dir + "/manifest.json ] && [ -f " + dir + "/keyring.asc ] && [ -f " + dir + "/InRelease ] && [ -f " + shellQuote(b.Keyring) + " ]; then cat " + dir + "/manifest.json; fi"
+	mjson, err := e.r.query(ctx, probe)
+	if err != nil {
+		return false, err
+	}
+	if strings.TrimSpace(mjson) == "" {
+		return false, nil // no complete repository yet: bake one
+	}
+	var old artifact.Manifest
+	if json.Unmarshal([]byte(mjson), &old) != nil || old.Repo == nil {
+		return false, nil
+	}
+	have := map[string]string{}
+	for _, p := range old.Repo.Packages {
+		have[p.Filename] = p.SHA256
+	}
+	entries, err := os.ReadDir(debDir)
+	if err != nil {
+		return false, err
+	}
+	if len(entries) != len(have) {
+		return false, nil
+	}
+	for _, ent := range entries {
+		sum, err := fileSHA256(filepath.Join(debDir, ent.Name()))
+		if err != nil {
+			return false, err
+		}
+		if have[ent.Name()] != sum {
+			return false, nil
+		}
+	}
+	key, err := e.r.query(ctx, "cat "+dir+"/keyring.asc")
+	if err != nil {
+		return false, err
+	}
+	if _, err := e.r.run(ctx, "rm -rf "+shellQuote(newDir)); err != nil {
+		return false, err
+	}
+	paths, err := artifact.Write(b.OutputDir, artifact.Set{RepoPath: b.Dir, KeyringPath: b.Keyring, ArmoredKey: []byte(key), Manifest: old})
+	if err != nil {
+		return false, fmt.Errorf("writing host artifacts: %w", err)
+	}
+	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))
+	e.ui.Say("host artifacts:")
+	for _, p := range paths {
+		e.ui.Say("  " + p)
+	}
+	return true, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -264,9 +264,14 @@ func TestFailureAtEveryCommand(t *testing.T) {
 				if !strings.Contains(msg, want.ID) || !strings.Contains(msg, want.Title) {
 					t.Errorf("command %d: message does not name step %s (%s): %s", n, want.ID, want.Title, msg)
 				}
-				// Nothing runs after the failed command.
-				if len(comm.cmds) != n {
-					t.Errorf("command %d: %d commands ran, want %d", n, len(comm.cmds), n)
+				// Nothing runs after the failed command, except removing the
+				// half-downloaded repository beside the real one.
+				after := comm.cmds[n:]
+				if len(after) == 1 && strings.HasPrefix(after[0], "rm -rf ") && strings.HasSuffix(after[0], ".podvm-new") {
+					after = nil
+				}
+				if len(after) != 0 {
+					t.Errorf("command %d: %d commands ran after it: %q", n, len(after), after)
 				}
 			}
 		})
