@@ -104,32 +104,38 @@ check_modules() {
 }
 
 # verify_repo DIR KEYRING PACKAGE-TEMPLATES: the offline self-test a
-# driver container runs: apt inside the image with the baked repository
-# as its only source, then a simulated install of each package from it.
+# driver container runs: apt with the baked repository as its only source,
+# then a simulated install of each package from it. The image's own apt
+# runs it where the image has one; a minimal image has none, and then the
+# build host's apt reads the repository in $BUILDROOT.
 verify_repo() {
 	work=$(mktemp -d "$BUILDROOT/var/tmp/podvm-verify.XXXXXX")
-	inner=${work#"$BUILDROOT"}
+	if [ -x "$BUILDROOT/usr/bin/apt-get" ]; then
+		apt="mkosi-chroot apt-get" root= d=${work#"$BUILDROOT"}
+	else
+		apt=/usr/bin/apt-get root=$BUILDROOT d=$work
+	fi
 	mkdir -p "$work/parts" "$work/lists/partial" "$work/archives/partial"
 	: >"$work/sources.list"
 	: >"$work/status"
-	printf 'Types: deb\nURIs: file://%s\nSuites: ./\nSigned-By: %s\n' "$1" "$2" >"$work/parts/local.sources"
+	printf 'Types: deb\nURIs: file://%s\nSuites: ./\nSigned-By: %s\n' "$root$1" "$root$2" >"$work/parts/local.sources"
 	# Paths here never hold spaces (the settings refuse them), so opts
 	# splits safely.
-	opts="-o Dir::Etc::SourceList=$inner/sources.list -o Dir::Etc::SourceParts=$inner/parts
-		-o Dir::State::Lists=$inner/lists -o Dir::Cache::Archives=$inner/archives
+	opts="-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=$d/parts
+		-o Dir::State::Lists=$d/lists -o Dir::Cache::Archives=$d/archives
 		-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Debug::NoLocking=1"
 	if [ "$repo_closure" = full ]; then
 		# An empty dpkg status, as in a driver container: the repository
 		# alone must satisfy every dependency.
-		opts="$opts -o Dir::State::Status=$inner/status"
+		opts="$opts -o Dir::State::Status=$d/status"
 	else
-		opts="$opts --reinstall"
+		opts="$opts -o Dir::State::Status=$root/var/lib/dpkg/status --reinstall"
 	fi
-	mkosi-chroot apt-get -q $opts update || die "apt refused the local repository $1"
+	$apt -q $opts update || die "apt refused the local repository $1"
 	for k in $kernels; do
 		for p in $3; do
 			p=$(echo "$p" | sed "s/{kernel}/$k/g")
-			mkosi-chroot apt-get -q $opts -s install "$p" >/dev/null || die "apt cannot install $p from the local repository $1"
+			$apt -q $opts -s install "$p" >/dev/null || die "apt cannot install $p from the local repository $1"
 			echo "  apt: $p installs from $1 alone"
 		done
 	done
