@@ -116,7 +116,7 @@ func checkImage(t *testing.T, img, out string) {
 	if len(ko) == 0 {
 		t.Fatalf("nvidia-current.ko missing for the image kernel %s", kernel)
 	}
-	magic, err := exec.Command("modinfo", "-F", "vermagic", ko[0]).Output()
+	magic, err := exec.Command(modinfo(), "-F", "vermagic", ko[0]).Output()
 	if err != nil || !strings.HasPrefix(string(magic), kernel+" ") {
 		t.Errorf("%s vermagic %q (%v), want %s", ko[0], magic, err, kernel)
 	}
@@ -198,4 +198,15 @@ func aptCheck(t *testing.T, repo, keyring, pkg string) {
 	if out, err := exec.Command("apt-get", append(opts, "-s", "install", pkg)...).CombinedOutput(); err != nil {
 		t.Fatalf("apt cannot install %s from the repository alone: %v\n%s", pkg, err, out)
 	}
+}
+
+// modinfo finds kmod's modinfo, which often sits in an sbin directory that
+// a non-login PATH lacks.
+func modinfo() string {
+	for _, p := range []string{"modinfo", "/usr/sbin/modinfo", "/sbin/modinfo"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	return "modinfo"
 }
