@@ -1,8 +1,10 @@
 package mkosi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,8 +118,7 @@ func checkImage(t *testing.T, img, out string) {
 	if len(ko) == 0 {
 		t.Fatalf("nvidia-current.ko missing for the image kernel %s", kernel)
 	}
-	magic, err := exec.Command(modinfo(), "-F", "vermagic", ko[0]).Output()
-	if err != nil || !strings.HasPrefix(string(magic), kernel+" ") {
+	if magic, err := vermagic(ko[0]); err != nil || !strings.HasPrefix(magic, kernel+" ") {
 		t.Errorf("%s vermagic %q (%v), want %s", ko[0], magic, err, kernel)
 	}
 
@@ -200,13 +201,28 @@ func aptCheck(t *testing.T, repo, keyring, pkg string) {
 	}
 }
 
-// modinfo finds kmod's modinfo, which often sits in an sbin directory that
-// a non-login PATH lacks.
-func modinfo() string {
-	for _, p := range []string{"modinfo", "/usr/sbin/modinfo", "/sbin/modinfo"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
+// vermagic reads a module's vermagic= string; modules are compressed as
+// the kernel's packaging chose, and the host need not have kmod.
+func vermagic(ko string) (string, error) {
+	var data []byte
+	var err error
+	switch filepath.Ext(ko) {
+	case ".xz":
+		data, err = exec.Command("xz", "-dc", ko).Output()
+	case ".zst":
+		data, err = exec.Command("zstd", "-dcq", ko).Output()
+	case ".gz":
+		data, err = exec.Command("gzip", "-dc", ko).Output()
+	default:
+		data, err = os.ReadFile(ko)
 	}
-	return "modinfo"
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := bytes.Cut(data, []byte("\x00vermagic="))
+	if !ok {
+		return "", errors.New("no vermagic in the module")
+	}
+	magic, _, _ := bytes.Cut(rest, []byte{0})
+	return string(magic), nil
 }
