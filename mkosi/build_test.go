@@ -20,7 +20,8 @@ import (
 
 // TestMkosiBuild builds a real image from a generated tree: Debian trixie,
 // the nvidia-gpu profile, Format=directory without a bootloader or initrd.
-// It takes about 8 minutes with a warm package cache and needs root,
+// It took 3-4 minutes here with a warm package cache (DKMS on 2 cores is
+// most of it) and needs root,
 // bubblewrap, systemd-container and the Debian archive, so it runs only
 // with PODVM_MKOSI_BUILD=1:
 //
@@ -32,7 +33,7 @@ import (
 // wiring, and the real nvidia-ctk config step against a stand-in nvidia-ctk.
 func TestMkosiBuild(t *testing.T) {
 	if os.Getenv("PODVM_MKOSI_BUILD") != "1" {
-		t.Skip("set PODVM_MKOSI_BUILD=1 to build a real image with mkosi (about 8 minutes, root)")
+		t.Skip("set PODVM_MKOSI_BUILD=1 to build a real image with mkosi (3-4 minutes with a warm cache, root)")
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("the mkosi build test needs root")
