@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,15 +23,31 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
+// e2eSettings are the options both back ends get, through the environment
+// as `make image` and `make mkosi` pass them: the GPU stack with Debian's
+// driver (proprietary modules: see example/local), the hook and the CDI
+// service, and the container toolkit from the local stand-in mirror.
+func e2eSettings(m toolkitMirror) []string {
+	return []string{
+		"ENABLE_NVIDIA_GPU=yes",
+		"NVIDIA_KERNEL_MODULES=proprietary",
+		"NVIDIA_HOOK_MODE=both",
+		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + m.URL,
+		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + m.Keyring,
+	}
+}
+
 // TestImageE2E builds example/local with real packer, exactly as
-// `sudo make image` does, with the GPU stack on: Debian's nvidia driver
-// (DKMS, proprietary modules) for the rootfs's own kernel, the container toolkit
-// from a local stand-in of NVIDIA's repository (see toolkitMirror), the hook
-// and CDI service, and the signed local repository. Then a second minimal
-// rootfs plays the GPU Operator's driver container: with the baked
-// repository bind-mounted read-only and the ConfigMap's sources entry as its
-// only apt source, it installs the kernel headers inside a network namespace
-// with no network at all.
+// `sudo make image` does, and the same options as a mkosi image with real
+// mkosi 25.3, exactly as `make mkosi` does. Both images get the same checks:
+// NVIDIA modules for the image's own kernel, hook, toolkit config (set by
+// the real nvidia-ctk), units, the signed repository and manifest, no
+// private key anywhere, and the offline driver-container check: a second
+// minimal rootfs plays the GPU Operator's driver container and, with the
+// baked repository bind-mounted read-only and the ConfigMap's sources entry
+// as its only apt source, installs the kernel headers inside a network
+// namespace with no network at all. Then the two images are compared on
+// the GPU-owned state.
 //
 //	go test -tags e2e -run TestImageE2E -v -timeout 60m ./test/e2e/
 func TestImageE2E(t *testing.T) {
@@ -41,35 +58,83 @@ func TestImageE2E(t *testing.T) {
 		cache = filepath.Join(root, ".cache")
 	}
 	mirror := startToolkitMirror(t, root, cache)
+	settings := e2eSettings(mirror)
 
+	rootfs, arts := buildWithPacker(t, env, root, settings)
+	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
+
+	image, mkArts := buildWithMkosi(t, env, root, cache, settings)
+	t.Run("mkosi", func(t *testing.T) { checkGPUImage(t, env, image, mkArts) })
+
+	t.Run("equivalence", func(t *testing.T) { compareImages(t, rootfs, image) })
+}
+
+func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []string) (rootfs, arts string) {
+	t.Helper()
 	work := t.TempDir()
-	rootfs := filepath.Join(work, "rootfs")
-	arts := filepath.Join(work, "artifacts")
+	rootfs, arts = filepath.Join(work, "rootfs"), filepath.Join(work, "artifacts")
 	start := time.Now()
 	cmd := exec.Command(env.packer, "build", "-color=false",
 		"-var", "output_directory="+rootfs, "-var", "artifacts_directory="+arts, ".")
 	cmd.Dir = filepath.Join(root, "example/local")
-	cmd.Env = env.environ([]string{
-		"ENABLE_NVIDIA_GPU=yes",
-		"NVIDIA_KERNEL_MODULES=proprietary", // see example/local: trixie's open modules fail to build today
-		"NVIDIA_HOOK_MODE=both",
-		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + mirror.URL,
-		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + mirror.Keyring,
-	})
+	cmd.Env = env.environ(settings)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	t.Logf("packer build of example/local took %s", time.Since(start).Round(time.Second))
-	for _, line := range strings.Split(out.String(), "\n") {
-		if strings.Contains(line, ": done in ") || strings.Contains(line, "steps done in") {
-			t.Log(strings.TrimSpace(line))
-		}
-	}
+	logTimings(t, out.String())
 	if err != nil {
 		t.Fatalf("packer build: %v\n%s", err, tail(out.String(), 80))
 	}
 	assertRootfsClean(t, rootfs)
+	return rootfs, arts
+}
 
+// buildWithMkosi renders the tree with the plugin binary's mkosi command
+// and the same settings, and builds it with real mkosi.
+func buildWithMkosi(t *testing.T, env *builderEnv, root, cache string, settings []string) (image, arts string) {
+	t.Helper()
+	mkosiEnv, err := exec.Command(filepath.Join(root, "scripts/install-mkosi.sh"), "--print-env").Output()
+	if err != nil {
+		t.Fatalf("scripts/install-mkosi.sh: %v", err)
+	}
+	work := t.TempDir()
+	tree, out := filepath.Join(work, "tree"), filepath.Join(work, "out")
+	gen := exec.Command(filepath.Join(env.dir, "packer-plugin-podvm"), "mkosi", "--output", tree, "--distribution", "debian", "--release", "13")
+	gen.Env = env.environ(settings)
+	if b, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("packer-plugin-podvm mkosi: %v\n%s", err, b)
+	}
+	pkgcache := filepath.Join(cache, "mkosi-pkgcache")
+	must(t, os.MkdirAll(pkgcache, 0o755))
+	args := append(strings.Fields(strings.TrimSpace(string(mkosiEnv))), "--format=directory", "--bootable=no",
+		"--kernel-modules-initrd=no", "--output-dir="+out, "--package-cache-dir="+pkgcache, "-f", "build")
+	cmd := exec.Command("env", args...)
+	cmd.Dir = tree
+	cmd.Env = env.environ(settings)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	start := time.Now()
+	err = cmd.Run()
+	t.Logf("mkosi build took %s", time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("mkosi build: %v\n%s", err, tail(log.String(), 80))
+	}
+	return filepath.Join(out, "image"), filepath.Join(out, "podvm-artifacts")
+}
+
+func logTimings(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, ": done in ") || strings.Contains(line, "steps done in") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+}
+
+// checkGPUImage is what every GPU image must satisfy, whichever back end
+// built it.
+func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 	kernels := dirNames(t, filepath.Join(rootfs, "usr/lib/modules"))
 	if len(kernels) != 1 {
 		t.Fatalf("kernels in the image: %v, want one", kernels)
@@ -84,9 +149,9 @@ func TestImageE2E(t *testing.T) {
 		if kver == host {
 			t.Skipf("host and image run the same kernel %s: cannot tell them apart", host)
 		}
-		got := run(t, rootfs, "chroot", rootfs, "modinfo", "-k", kver, "-F", "filename", "nvidia-current")
-		if !strings.Contains(got, "/lib/modules/"+kver+"/") {
-			t.Errorf("modinfo nvidia-current for %s: %s", kver, got)
+		got := run(t, rootfs, "chroot", rootfs, "modinfo", "-k", kver, "-F", "vermagic", "nvidia-current")
+		if !strings.HasPrefix(got, kver+" ") {
+			t.Errorf("modinfo nvidia-current for %s: vermagic %s", kver, got)
 		}
 		if _, err := os.Stat(filepath.Join(rootfs, "usr/lib/modules", host)); err == nil {
 			t.Errorf("modules were built for the host's kernel %s too", host)
@@ -121,9 +186,12 @@ func TestImageE2E(t *testing.T) {
 		if !cfg.DisableRequire || !cfg.CLI.NoCgroups || !cfg.CLI.NoPivot || cfg.CLI.Debug == "" || cfg.Runtime.Debug == "" {
 			t.Errorf("toolkit config: %+v", cfg)
 		}
+		for _, u := range []string{"nvidia-persistenced.service", "nvidia-cdi-generate.service"} {
+			if !enabledUnits(t, rootfs)[u] {
+				t.Errorf("%s is not enabled", u)
+			}
+		}
 		for _, p := range []string{
-			"etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service",
-			"etc/systemd/system/multi-user.target.wants/nvidia-cdi-generate.service",
 			"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
 			"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
 			"etc/modprobe.d/podvm-blacklist-nouveau.conf",
@@ -136,8 +204,8 @@ func TestImageE2E(t *testing.T) {
 	})
 
 	repo := filepath.Join(rootfs, "opt/local-packages")
-	var m artifact.Manifest
 	t.Run("repository and manifest", func(t *testing.T) {
+		var m artifact.Manifest
 		b, err := os.ReadFile(filepath.Join(arts, artifact.ManifestFile))
 		must(t, err)
 		must(t, json.Unmarshal(b, &m))
@@ -185,6 +253,134 @@ func TestImageE2E(t *testing.T) {
 	t.Run("offline driver container", func(t *testing.T) {
 		offlineDriverContainer(t, env, arts, repo, kver)
 	})
+}
+
+// enabledUnits lists the units the image starts: wants symlinks, and the
+// units its preset files enable (applied on first boot).
+func enabledUnits(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	units := map[string]bool{}
+	wants, _ := filepath.Glob(filepath.Join(root, "etc/systemd/system/*.wants/*"))
+	for _, w := range wants {
+		units[filepath.Base(w)] = true
+	}
+	for _, dir := range []string{"etc/systemd/system-preset", "usr/lib/systemd/system-preset"} {
+		files, _ := filepath.Glob(filepath.Join(root, dir, "*podvm*.preset"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			must(t, err)
+			for _, line := range strings.Split(string(b), "\n") {
+				if u, ok := strings.CutPrefix(strings.TrimSpace(line), "enable "); ok {
+					units[strings.TrimSpace(u)] = true
+				}
+			}
+		}
+	}
+	return units
+}
+
+// compareImages holds the two back ends to the same GPU-owned state. The
+// one known difference is the kernel point release: mkosi installs from the
+// release's security suite as well (see docs/mkosi.md), so kernel package
+// names are compared with the version replaced by {kernel}.
+func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
+	pk, mk := dirNames(t, filepath.Join(packerRoot, "usr/lib/modules"))[0], dirNames(t, filepath.Join(mkosiRoot, "usr/lib/modules"))[0]
+	t.Logf("kernels: packer %s, mkosi %s", pk, mk)
+
+	nv := func(root string) map[string]string {
+		out := map[string]string{}
+		for name, ver := range dpkgInstalled(t, root) {
+			if strings.Contains(name, "nvidia") || strings.HasPrefix(name, "libcuda") {
+				out[name] = ver
+			}
+		}
+		return out
+	}
+	if a, b := nv(packerRoot), nv(mkosiRoot); !equalMaps(a, b) {
+		t.Errorf("NVIDIA packages differ:\npacker %v\nmkosi  %v", a, b)
+	} else {
+		t.Logf("NVIDIA packages: %d, same names and versions", len(a))
+	}
+	for _, f := range []string{
+		gpustack.HookPath,
+		"etc/nvidia-container-runtime/config.toml",
+		"etc/modprobe.d/podvm-blacklist-nouveau.conf",
+		"usr/libexec/podvm-gpu/has-nvidia-gpu",
+		"etc/systemd/system/nvidia-cdi-generate.service",
+		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
+		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
+	} {
+		a, errA := os.ReadFile(filepath.Join(packerRoot, f))
+		b, errB := os.ReadFile(filepath.Join(mkosiRoot, f))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs (packer %v, mkosi %v)", f, errA, errB)
+		}
+	}
+	gpuUnits := func(root string) []string {
+		var out []string
+		for u := range enabledUnits(t, root) {
+			if strings.Contains(u, "nvidia") {
+				out = append(out, u)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if a, b := gpuUnits(packerRoot), gpuUnits(mkosiRoot); !slices.Equal(a, b) {
+		t.Errorf("enabled NVIDIA units differ: packer %v, mkosi %v", a, b)
+	}
+	repoSet := func(root, kver string) []string {
+		var m artifact.Manifest
+		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
+		must(t, err)
+		must(t, json.Unmarshal(b, &m))
+		var out []string
+		for _, p := range m.Repo.Packages {
+			out = append(out, strings.ReplaceAll(p.Name, kver, "{kernel}"))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if a, b := repoSet(packerRoot, pk), repoSet(mkosiRoot, mk); !slices.Equal(a, b) {
+		t.Errorf("repository package sets differ:\npacker %v\nmkosi  %v", a, b)
+	}
+}
+
+// dpkgInstalled reads the installed packages and versions from an image's
+// dpkg status.
+func dpkgInstalled(t *testing.T, root string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "var/lib/dpkg/status"))
+	must(t, err)
+	out := map[string]string{}
+	for _, para := range strings.Split(string(b), "\n\n") {
+		var name, ver, status string
+		for _, line := range strings.Split(para, "\n") {
+			if v, ok := strings.CutPrefix(line, "Package: "); ok {
+				name = v
+			} else if v, ok := strings.CutPrefix(line, "Version: "); ok {
+				ver = v
+			} else if v, ok := strings.CutPrefix(line, "Status: "); ok {
+				status = v
+			}
+		}
+		if name != "" && status == "install ok installed" {
+			out[name] = ver
+		}
+	}
+	return out
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // offlineDriverContainer installs the kernel headers the way the GPU
