@@ -1,4 +1,7 @@
-package rootfs
+// Package hostapt reads the build host's apt configuration (normally
+// /etc/apt) and finds the distro archives in it, so that tools which need
+// a mirror take the one the host already uses instead of naming one.
+package hostapt
 
 import (
 	"bufio"
@@ -11,34 +14,50 @@ import (
 	"strings"
 )
 
-// aptSource is one apt source: a deb822 stanza, or one line of a .list
-// file.
-type aptSource struct {
-	types      []string
-	uris       []string
-	suites     []string
-	components []string
-	enabled    bool
-	origin     string // file it came from
+// Dir is where apt keeps its configuration on the build host.
+const Dir = "/etc/apt"
+
+// Source is one apt source: a deb822 stanza, or one line of a .list file.
+type Source struct {
+	Types      []string
+	URIs       []string
+	Suites     []string
+	Components []string
+	Enabled    bool
+	Origin     string // file it came from
 }
 
-// debianSuites are the names the Debian archive serves releases under.
-// They tell a Debian archive apart from other apt sources on the host
-// (vendor repositories, an Ubuntu archive), whose dists debootstrap
-// cannot bootstrap Debian from.
-var debianSuites = []string{
-	"buzz", "rex", "bo", "hamm", "slink", "potato", "woody", "sarge", "etch",
-	"lenny", "squeeze", "wheezy", "jessie", "stretch", "buster", "bullseye",
-	"bookworm", "trixie", "forky", "duke", "sid",
-	"oldoldstable", "oldstable", "stable", "testing", "unstable", "experimental",
+// distroSuites are the names each distro's archive serves releases under.
+// They tell a distro's archive apart from other apt sources on the host
+// (vendor repositories, another distro's archive), whose dists cannot
+// install the distro.
+var distroSuites = map[string][]string{
+	"debian": {
+		"buzz", "rex", "bo", "hamm", "slink", "potato", "woody", "sarge", "etch",
+		"lenny", "squeeze", "wheezy", "jessie", "stretch", "buster", "bullseye",
+		"bookworm", "trixie", "forky", "duke", "sid",
+		"oldoldstable", "oldstable", "stable", "testing", "unstable", "experimental",
+	},
+	"ubuntu": {
+		"warty", "hoary", "breezy", "dapper", "edgy", "feisty", "gutsy", "hardy",
+		"intrepid", "jaunty", "karmic", "lucid", "maverick", "natty", "oneiric",
+		"precise", "quantal", "raring", "saucy", "trusty", "utopic", "vivid",
+		"wily", "xenial", "yakkety", "zesty", "artful", "bionic", "cosmic",
+		"disco", "eoan", "focal", "groovy", "hirsute", "impish", "jammy",
+		"kinetic", "lunar", "mantic", "noble", "oracular", "plucky", "questing",
+		"devel",
+	},
 }
 
-// hostMirror returns the first Debian archive URI in the apt configuration
-// under aptDir (normally /etc/apt), preferring one that lists suite, and a
-// description of where it was found. With none found it returns "" and
-// says that debootstrap's default applies.
-func hostMirror(aptDir, suite string) (mirror, origin string) {
-	var sources []aptSource
+// securitySuffix ends the suite a distro publishes security updates under
+// ("trixie-security", "noble-security").
+const securitySuffix = "-security"
+
+// Read returns the apt sources configured under aptDir (normally Dir):
+// sources.list, then sources.list.d in name order, as apt reads them. A
+// missing or unreadable file is skipped.
+func Read(aptDir string) []Source {
+	var sources []Source
 	if f, err := os.Open(filepath.Join(aptDir, "sources.list")); err == nil {
 		sources = append(sources, parseOneLine(f, f.Name())...)
 		f.Close()
@@ -53,7 +72,7 @@ func hostMirror(aptDir, suite string) (mirror, origin string) {
 	sort.Strings(names)
 	for _, name := range names {
 		p := filepath.Join(aptDir, "sources.list.d", name)
-		var parse func(io.Reader, string) []aptSource
+		var parse func(io.Reader, string) []Source
 		switch {
 		case strings.HasSuffix(name, ".list"):
 			parse = parseOneLine
@@ -69,28 +88,46 @@ func hostMirror(aptDir, suite string) (mirror, origin string) {
 		sources = append(sources, parse(f, p)...)
 		f.Close()
 	}
-	if m, o := debianMirror(sources, suite); m != "" {
-		return m, o
-	}
-	return "", "debootstrap's default (no Debian archive found in " + aptDir + ")"
+	return sources
 }
 
-// debianMirror picks a Debian archive from sources: an enabled deb source
-// with an http, https or file URI, a Debian suite and the main component.
-// A source listing suite itself wins over the first one found.
-func debianMirror(sources []aptSource, suite string) (mirror, origin string) {
+// ArchiveMirror picks distro's archive ("debian", "ubuntu") from sources:
+// an enabled deb source with an http, https or file URI, one of the
+// distro's release suites and the main component. A source listing suite
+// itself wins over the first one found. It returns the URI without a
+// trailing slash and where it was found, or "" and "" when there is none.
+func ArchiveMirror(sources []Source, distro, suite string) (uri, origin string) {
+	known := distroSuites[distro]
+	return pick(sources, suite, func(s string) bool { return slices.Contains(known, s) })
+}
+
+// SecurityMirror picks distro's security archive from sources as
+// ArchiveMirror picks the archive, except that the source must list a
+// "<release>-security" suite of the distro; one listing suite+"-security"
+// wins. suite is the release suite ("trixie"), not the security suite.
+func SecurityMirror(sources []Source, distro, suite string) (uri, origin string) {
+	known := distroSuites[distro]
+	return pick(sources, suite+securitySuffix, func(s string) bool {
+		rel, ok := strings.CutSuffix(s, securitySuffix)
+		return ok && slices.Contains(known, rel)
+	})
+}
+
+// pick returns the first usable URI of an enabled deb source with the
+// main component and a suite that isDistro accepts, preferring a source
+// that lists want.
+func pick(sources []Source, want string, isDistro func(string) bool) (uri, origin string) {
 	for _, wantSuite := range []bool{true, false} {
 		for _, s := range sources {
-			if !s.enabled || !slices.Contains(s.types, "deb") || !slices.Contains(s.components, "main") {
+			if !s.Enabled || !slices.Contains(s.Types, "deb") || !slices.Contains(s.Components, "main") {
 				continue
 			}
-			debian := slices.ContainsFunc(s.suites, func(x string) bool { return slices.Contains(debianSuites, x) })
-			if !debian || (wantSuite && !slices.Contains(s.suites, suite)) {
+			if !slices.ContainsFunc(s.Suites, isDistro) || (wantSuite && !slices.Contains(s.Suites, want)) {
 				continue
 			}
-			for _, u := range s.uris {
+			for _, u := range s.URIs {
 				if usableMirror(u) {
-					return strings.TrimSuffix(u, "/"), "the host's apt sources, " + s.origin
+					return strings.TrimSuffix(u, "/"), "the host's apt sources, " + s.Origin
 				}
 			}
 		}
@@ -98,6 +135,8 @@ func debianMirror(sources []aptSource, suite string) (mirror, origin string) {
 	return "", ""
 }
 
+// usableMirror reports whether u is a URI that debootstrap and a plain apt
+// can fetch from: http or https with a host, or file with a path.
 func usableMirror(u string) bool {
 	p, err := url.Parse(u)
 	if err != nil {
@@ -117,8 +156,8 @@ func usableMirror(u string) bool {
 // parseOneLine reads the one-line format of sources.list(5):
 //
 //	deb [ option=value ... ] uri suite [component ...]
-func parseOneLine(r io.Reader, origin string) []aptSource {
-	var out []aptSource
+func parseOneLine(r io.Reader, origin string) []Source {
+	var out []Source
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
@@ -144,13 +183,13 @@ func parseOneLine(r io.Reader, origin string) []aptSource {
 		if len(rest) < 2 {
 			continue
 		}
-		out = append(out, aptSource{
-			types:      []string{typ},
-			uris:       []string{rest[0]},
-			suites:     []string{rest[1]},
-			components: rest[2:],
-			enabled:    true,
-			origin:     origin,
+		out = append(out, Source{
+			Types:      []string{typ},
+			URIs:       []string{rest[0]},
+			Suites:     []string{rest[1]},
+			Components: rest[2:],
+			Enabled:    true,
+			Origin:     origin,
 		})
 	}
 	return out
@@ -159,21 +198,21 @@ func parseOneLine(r io.Reader, origin string) []aptSource {
 // parseDeb822 reads the deb822 format of sources.list(5): stanzas of
 // "Field: value" lines separated by blank lines, "#" comment lines, and
 // continuation lines (an inline Signed-By key) that start with white space.
-func parseDeb822(r io.Reader, origin string) []aptSource {
-	var out []aptSource
+func parseDeb822(r io.Reader, origin string) []Source {
+	var out []Source
 	fields := map[string]string{}
 	var last string
 	flush := func() {
 		if len(fields) == 0 {
 			return
 		}
-		s := aptSource{
-			types:      strings.Fields(fields["types"]),
-			uris:       strings.Fields(fields["uris"]),
-			suites:     strings.Fields(fields["suites"]),
-			components: strings.Fields(fields["components"]),
-			enabled:    !strings.EqualFold(strings.TrimSpace(fields["enabled"]), "no"),
-			origin:     origin,
+		s := Source{
+			Types:      strings.Fields(fields["types"]),
+			URIs:       strings.Fields(fields["uris"]),
+			Suites:     strings.Fields(fields["suites"]),
+			Components: strings.Fields(fields["components"]),
+			Enabled:    !strings.EqualFold(strings.TrimSpace(fields["enabled"]), "no"),
+			Origin:     origin,
 		}
 		out = append(out, s)
 		fields = map[string]string{}

@@ -1,11 +1,11 @@
-package rootfs
+package hostapt
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestHostMirror(t *testing.T) {
+func TestArchiveMirror(t *testing.T) {
 	tests := []struct {
 		dir, suite string
 		want       string
@@ -16,9 +16,9 @@ func TestHostMirror(t *testing.T) {
 		// first in name order; the security archive is skipped.
 		{"deb822", "trixie", "http://deb822.example/debian", "debian.sources"},
 		{"options", "trixie", "https://options.example/debian", "sources.list"},
-		{"ubuntu", "trixie", "", "debootstrap's default"},
-		{"none", "trixie", "", "debootstrap's default"},
-		{"missing-directory", "trixie", "", "debootstrap's default"},
+		{"ubuntu", "trixie", "", ""},
+		{"none", "trixie", "", ""},
+		{"missing-directory", "trixie", "", ""},
 		// A source listing the wanted suite wins over an earlier one.
 		{"twosuites", "trixie", "http://trixie.example/debian", "trixie.sources"},
 		{"twosuites", "bookworm", "http://bookworm.example/debian", "sources.list"},
@@ -28,12 +28,56 @@ func TestHostMirror(t *testing.T) {
 		{"transports", "trixie", "http://fine.example/debian", "sources.list"},
 	}
 	for _, tt := range tests {
-		got, origin := hostMirror("testdata/apt/"+tt.dir, tt.suite)
+		got, origin := ArchiveMirror(Read("testdata/apt/"+tt.dir), "debian", tt.suite)
 		if got != tt.want {
 			t.Errorf("%s (%s): mirror %q, want %q", tt.dir, tt.suite, got, tt.want)
 		}
-		if !strings.Contains(origin, tt.origin) {
+		if !strings.Contains(origin, tt.origin) || (tt.origin == "") != (origin == "") {
 			t.Errorf("%s (%s): origin %q lacks %q", tt.dir, tt.suite, origin, tt.origin)
+		}
+	}
+}
+
+func TestArchiveMirrorUbuntu(t *testing.T) {
+	srcs := Read("testdata/apt/ubuntu")
+	if got, origin := ArchiveMirror(srcs, "ubuntu", "noble"); got != "http://archive.example/ubuntu" || !strings.Contains(origin, "sources.list") {
+		t.Errorf("ubuntu archive: %q (%s)", got, origin)
+	}
+	if got, _ := SecurityMirror(srcs, "ubuntu", "noble"); got != "http://security.example/ubuntu" {
+		t.Errorf("ubuntu security: %q", got)
+	}
+	if got, _ := ArchiveMirror(srcs, "fedora", "42"); got != "" {
+		t.Errorf("unknown distro: %q", got)
+	}
+	// A Debian host has no Ubuntu archive.
+	if got, _ := ArchiveMirror(Read("testdata/apt/deb822"), "ubuntu", "noble"); got != "" {
+		t.Errorf("ubuntu archive on a Debian host: %q", got)
+	}
+}
+
+func TestSecurityMirror(t *testing.T) {
+	tests := []struct {
+		dir, distro, suite string
+		want, origin       string
+	}{
+		{"deb822", "debian", "trixie", "http://deb822.example/debian-security", "debian.sources"},
+		{"plain", "debian", "bookworm", "http://security.example/debian-security", "sources.list"},
+		// The wanted release's security suite wins; a disabled source, one
+		// without main, another distro's and a vendor's "stable-security"
+		// are skipped.
+		{"security", "debian", "trixie", "http://trixie.example/debian-security", "trixie.sources"},
+		{"security", "debian", "bookworm", "http://bookworm.example/debian-security", "sources.list"},
+		{"security", "ubuntu", "noble", "http://ubuntu-security.example/ubuntu", "sources.list"},
+		{"twosuites", "debian", "trixie", "", ""},
+		{"none", "debian", "trixie", "", ""},
+	}
+	for _, tt := range tests {
+		got, origin := SecurityMirror(Read("testdata/apt/"+tt.dir), tt.distro, tt.suite)
+		if got != tt.want {
+			t.Errorf("%s (%s %s): security mirror %q, want %q", tt.dir, tt.distro, tt.suite, got, tt.want)
+		}
+		if !strings.Contains(origin, tt.origin) || (tt.origin == "") != (origin == "") {
+			t.Errorf("%s (%s %s): origin %q lacks %q", tt.dir, tt.distro, tt.suite, origin, tt.origin)
 		}
 	}
 }
@@ -49,13 +93,13 @@ deb [arch=amd64] http://b.example/debian sid
 	if len(got) != 3 {
 		t.Fatalf("got %d sources: %+v", len(got), got)
 	}
-	if got[0].uris[0] != "http://a.example/debian" || got[0].suites[0] != "trixie" || strings.Join(got[0].components, " ") != "main contrib" {
+	if got[0].URIs[0] != "http://a.example/debian" || got[0].Suites[0] != "trixie" || strings.Join(got[0].Components, " ") != "main contrib" {
 		t.Errorf("first: %+v", got[0])
 	}
-	if got[1].types[0] != "deb-src" {
+	if got[1].Types[0] != "deb-src" {
 		t.Errorf("second: %+v", got[1])
 	}
-	if got[2].uris[0] != "http://b.example/debian" || len(got[2].components) != 0 {
+	if got[2].URIs[0] != "http://b.example/debian" || len(got[2].Components) != 0 {
 		t.Errorf("third: %+v", got[2])
 	}
 }
@@ -84,10 +128,10 @@ Components: main
 	if len(got) != 2 {
 		t.Fatalf("got %d stanzas: %+v", len(got), got)
 	}
-	if strings.Join(got[0].uris, " ") != "http://a.example/debian http://b.example/debian" {
-		t.Errorf("continued URIs: %q", got[0].uris)
+	if strings.Join(got[0].URIs, " ") != "http://a.example/debian http://b.example/debian" {
+		t.Errorf("continued URIs: %q", got[0].URIs)
 	}
-	if !got[0].enabled || got[1].enabled {
-		t.Errorf("enabled: %v %v", got[0].enabled, got[1].enabled)
+	if !got[0].Enabled || got[1].Enabled {
+		t.Errorf("enabled: %v %v", got[0].Enabled, got[1].Enabled)
 	}
 }
