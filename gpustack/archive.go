@@ -17,28 +17,30 @@ func LookupRelease(distro, rel, arch string) (Target, error) {
 	return Target{}, fmt.Errorf("unsupported release %s %s; supported: %s", distro, rel, supported())
 }
 
-// ArchiveSources lists the distro's own archive for the target: the main
-// component of the release, its updates and its security suite, signed by
-// the distro's archive keyring. Back ends that must spell the archive out
-// use it (mkosi: a sandbox sources file replaces mkosi's built-in list).
-// A non-empty mirror replaces the default archive URL; the security suite
-// keeps its own URL unless securityMirror is set, as the distros publish it
-// separately.
+// ArchiveSources lists the distro's own archive for the target, signed by
+// the distro's archive keyring: the main component of the release and its
+// updates from mirror, then the security suite from securityMirror. Back
+// ends that must spell the archive out use it (mkosi: a sandbox sources
+// file replaces mkosi's built-in list).
+//
+// The package names no archive host: mirror is required (callers take it
+// from their configuration or the build host's apt sources, see package
+// hostapt). An empty securityMirror leaves the security suite out, so the
+// sources then carry no security updates.
 func ArchiveSources(t Target, mirror, securityMirror string) ([]AptSource, error) {
 	r, ok := releases[t.Distro+"-"+t.Version]
 	if !ok {
 		return nil, fmt.Errorf("unsupported target %s %s; supported: %s", t.Distro, t.Version, supported())
 	}
-	main, security := r.family.archiveURLs(t.Arch)
-	if mirror != "" {
-		main = strings.TrimSuffix(mirror, "/")
-	}
-	if securityMirror != "" {
-		security = strings.TrimSuffix(securityMirror, "/")
+	if mirror == "" {
+		return nil, fmt.Errorf("mirror: required for %s: give the URL of a %s archive mirror that carries %s (no default archive is built in)", t, r.distro, r.codename)
 	}
 	kr := r.family.archiveKeyring()
-	return []AptSource{
-		{Name: r.distro, URI: main, Suites: []string{r.codename, r.codename + "-updates"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}},
-		{Name: r.distro + "-security", URI: security, Suites: []string{r.codename + "-security"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}},
-	}, nil
+	srcs := []AptSource{
+		{Name: r.distro, URI: strings.TrimSuffix(mirror, "/"), Suites: []string{r.codename, r.codename + "-updates"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}},
+	}
+	if securityMirror != "" {
+		srcs = append(srcs, AptSource{Name: r.distro + "-security", URI: strings.TrimSuffix(securityMirror, "/"), Suites: []string{r.codename + "-security"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}})
+	}
+	return srcs, nil
 }

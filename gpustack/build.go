@@ -26,8 +26,6 @@ func (r release) name() string { return r.distro + " " + r.version }
 type family interface {
 	archiveComponents() []string
 	archiveKeyring() string
-	// archiveURLs are the default archive and security URLs for arch.
-	archiveURLs(arch string) (archive, security string)
 	headers(kernel string) string
 	// kernelMeta names the packages that track the newest kernel image and
 	// its headers, for images whose kernels are not known yet.

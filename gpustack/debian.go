@@ -80,8 +80,3 @@ func (debian) fabricManager(d Driver) ([]string, error) {
 	}
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
 }
-
-// archiveURLs are the URLs debootstrap and mkosi default to.
-func (debian) archiveURLs(arch string) (string, string) {
-	return "http://deb.debian.org/debian", "http://deb.debian.org/debian-security"
-}

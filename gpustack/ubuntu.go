@@ -76,12 +76,3 @@ func (ubuntu) persistenced(d Driver) []string { return nil }
 func (ubuntu) fabricManager(d Driver) ([]string, error) {
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
 }
-
-// archiveURLs are the URLs debootstrap and mkosi default to; architectures
-// other than amd64 live on the ports archive.
-func (ubuntu) archiveURLs(arch string) (string, string) {
-	if arch == "amd64" {
-		return "http://archive.ubuntu.com/ubuntu", "http://security.ubuntu.com/ubuntu"
-	}
-	return "http://ports.ubuntu.com/ubuntu-ports", "http://ports.ubuntu.com/ubuntu-ports"
-}

@@ -16,14 +16,15 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // TestMkosiBuild builds a real image from a generated tree: Debian trixie,
 // the nvidia-gpu profile, Format=directory without a bootloader or initrd.
 // It took 3-4 minutes here with a warm package cache (DKMS on 2 cores is
-// most of it) and needs root,
-// bubblewrap, systemd-container and the Debian archive, so it runs only
-// with PODVM_MKOSI_BUILD=1:
+// most of it) and needs root, bubblewrap, systemd-container and a Debian
+// archive in the host's apt sources (the build takes the host's mirror,
+// as the mkosi command does), so it runs only with PODVM_MKOSI_BUILD=1:
 //
 //	sudo PODVM_MKOSI_BUILD=1 go test ./mkosi -run TestMkosiBuild -timeout 40m -v
 //
@@ -71,7 +72,15 @@ func TestMkosiBuild(t *testing.T) {
 		// 6.12.118 kernel here; the proprietary one builds.
 		"nvidia_kernel_modules": "proprietary",
 	})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: bin})
+	// The build fetches from the archive this host's apt uses.
+	hostSources := hostapt.Read(hostapt.Dir)
+	mirrorURL, origin := hostapt.ArchiveMirror(hostSources, "debian", "trixie")
+	if mirrorURL == "" {
+		t.Fatalf("no Debian archive in %s: the mkosi build test takes the host's mirror", hostapt.Dir)
+	}
+	security, secOrigin := hostapt.SecurityMirror(hostSources, "debian", "trixie")
+	t.Logf("mirror %s (from %s); security mirror %q (from %s)", mirrorURL, origin, security, secOrigin)
+	files, err := Render(context.Background(), Config{Plan: p, Bin: bin, Mirror: mirrorURL, SecurityMirror: security})
 	if err != nil {
 		t.Fatal(err)
 	}

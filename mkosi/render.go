@@ -29,8 +29,10 @@ const MinimumVersion = "25"
 type Config struct {
 	// Plan must target build-time kernels (Target.KernelsAtBuildTime).
 	Plan *gpustack.Plan
-	// Mirror and SecurityMirror replace the distro's archive URLs in the
-	// sandbox sources.
+	// Mirror is the distro archive the sandbox sources list (required: no
+	// archive host is built in; the CLI takes the build host's from
+	// /etc/apt). SecurityMirror serves the release's -security suite; empty
+	// leaves that suite out of the build.
 	Mirror, SecurityMirror string
 	// Bin is the host path of packer-plugin-podvm: the post-installation
 	// script runs it to index and sign the local repository.

@@ -65,12 +65,17 @@ func (c treeCase) render(t *testing.T, bin string) []File {
 		// A local key file: the tests never reach NVIDIA.
 		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
 	}
-	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, Fetch: noFetch})
+	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, Fetch: noFetch,
+		Mirror: exampleMirror(c.distro), SecurityMirror: exampleMirror(c.distro) + "-security"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return files
 }
+
+// exampleMirror is a made-up archive mirror: the trees and tests name no
+// real archive host and do not read the host's apt configuration.
+func exampleMirror(distro string) string { return "http://mirror.example/" + distro }
 
 func noFetch(_ context.Context, url string) ([]byte, error) {
 	return nil, fmt.Errorf("test fetched %s", url)
@@ -125,7 +130,7 @@ func TestStepTitles(t *testing.T) {
 	c := treeCases[0]
 	p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": "yes",
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,21 +160,56 @@ func TestRenderErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	fetch := func(context.Context, string) ([]byte, error) { return key, nil }
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: fetch}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: fetch, Mirror: exampleMirror("debian")}); err == nil ||
 		!strings.Contains(err.Error(), "none of the pinned") {
 		t.Errorf("wrong key: got %v, want a fingerprint error", err)
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil ||
 		!strings.Contains(err.Error(), "offline builds") {
 		t.Errorf("unreachable key: got %v, want a hint about a local key file", err)
 	}
 	p = plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "nvidia_container_toolkit": "no"})
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", Fetch: noFetch}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil {
 		t.Error("relative binary path: want an error")
 	}
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil ||
+		!strings.Contains(err.Error(), "mirror: required") {
+		t.Errorf("no mirror: got %v, want a \"mirror: required\" error", err)
+	}
 	p.Target.KernelsAtBuildTime = false
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil {
 		t.Error("plan with known kernels: want an error")
+	}
+}
+
+// TestSandboxSources checks that the sandbox sources use the mirrors given
+// and leave the security suite out without a security mirror, in the
+// top-level list and in the profile's (which adds components).
+func TestSandboxSources(t *testing.T) {
+	p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes",
+		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
+	for _, sec := range []string{"", "http://security.example/debian-security"} {
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: "http://mirror.example/debian/", SecurityMirror: sec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range files {
+			if !strings.HasSuffix(f.Path, "mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources") {
+				continue
+			}
+			n++
+			s := string(f.Data)
+			if !strings.Contains(s, "URIs: http://mirror.example/debian\nSuites: trixie trixie-updates\n") {
+				t.Errorf("%s: archive missing:\n%s", f.Path, s)
+			}
+			if got := strings.Contains(s, "trixie-security"); got != (sec != "") || (sec != "" && !strings.Contains(s, "URIs: "+sec+"\n")) {
+				t.Errorf("%s with security mirror %q:\n%s", f.Path, sec, s)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d sandbox sources files, want the top-level one and the profile's", n)
+		}
 	}
 }
 
