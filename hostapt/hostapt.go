@@ -126,7 +126,7 @@ func pick(sources []Source, want string, isDistro func(string) bool) (uri, origi
 				continue
 			}
 			for _, u := range s.URIs {
-				if usableMirror(u) {
+				if UsableURI(u) {
 					return strings.TrimSuffix(u, "/"), "the host's apt sources, " + s.Origin
 				}
 			}
@@ -135,9 +135,9 @@ func pick(sources []Source, want string, isDistro func(string) bool) (uri, origi
 	return "", ""
 }
 
-// usableMirror reports whether u is a URI that debootstrap and a plain apt
-// can fetch from: http or https with a host, or file with a path.
-func usableMirror(u string) bool {
+// UsableURI reports whether u is a mirror URI that debootstrap and a
+// plain apt can fetch from: http or https with a host, or file with a path.
+func UsableURI(u string) bool {
 	p, err := url.Parse(u)
 	if err != nil {
 		return false

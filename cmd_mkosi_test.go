@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+// TestMkosiMirrors reads made-up apt configurations from hostapt's test
+// data, never the host's /etc/apt.
+func TestMkosiMirrors(t *testing.T) {
+	const apt = "hostapt/testdata/apt/"
+	target := func(distro, rel, arch string) gpustack.Target {
+		tg, err := gpustack.LookupRelease(distro, rel, arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	debian := target("debian", "13", runtime.GOARCH)
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	none := mirrorFlag{}
+	tests := []struct {
+		name, aptDir     string
+		t                gpustack.Target
+		mirror, security mirrorFlag
+		archive, sec     string
+		err              []string // substrings of the error, nil for none
+		stderr           []string // substrings of stderr; empty means none
+	}{
+		{name: "host archives", aptDir: apt + "deb822", t: debian, mirror: none, security: none,
+			archive: "http://deb822.example/debian", sec: "http://deb822.example/debian-security"},
+		{name: "flags win", aptDir: apt + "deb822", t: debian,
+			mirror: mirrorFlag{"http://mirror.example/debian/", true}, security: mirrorFlag{"http://mirror.example/debian-security", true},
+			archive: "http://mirror.example/debian", sec: "http://mirror.example/debian-security"},
+		{name: "no host security archive", aptDir: apt + "twosuites", t: debian, mirror: none, security: none,
+			archive: "http://trixie.example/debian", stderr: []string{"no Debian security archive", "no trixie-security suite", "--security-mirror"}},
+		{name: "security turned off", aptDir: apt + "deb822", t: debian, mirror: none, security: mirrorFlag{"", true},
+			archive: "http://deb822.example/debian", stderr: []string{"--security-mirror is empty", "no trixie-security suite"}},
+		{name: "no host archive for the distro", aptDir: apt + "deb822", t: target("ubuntu", "24.04", runtime.GOARCH), mirror: none, security: none,
+			err: []string{"--mirror", "no Ubuntu archive", "ubuntu 24.04 (noble", "pass --mirror URL", "dists/noble", "--security-mirror"}},
+		{name: "no apt configuration", aptDir: apt + "missing-directory", t: debian, mirror: none, security: none,
+			err: []string{"--mirror", "no Debian archive", "missing-directory"}},
+		{name: "empty mirror", aptDir: apt + "deb822", t: debian, mirror: mirrorFlag{"", true}, security: none,
+			err: []string{"--mirror: empty", "Debian mirror"}},
+		{name: "not a mirror URL", aptDir: apt + "deb822", t: debian, mirror: mirrorFlag{"cdrom:/x", true}, security: none,
+			err: []string{`--mirror "cdrom:/x" is not a mirror URL`}},
+		{name: "other architecture", aptDir: apt + "deb822", t: target("debian", "13", other), mirror: none, security: none,
+			archive: "http://deb822.example/debian", sec: "http://deb822.example/debian-security"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, stderr bytes.Buffer
+			archive, sec, err := mkosiMirrors(tt.aptDir, tt.t, tt.mirror, tt.security, &out, &stderr)
+			if tt.err != nil {
+				if err == nil {
+					t.Fatalf("want an error, got archive %q security %q", archive, sec)
+				}
+				for _, w := range tt.err {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if archive != tt.archive || sec != tt.sec {
+				t.Errorf("archive %q security %q, want %q %q", archive, sec, tt.archive, tt.sec)
+			}
+			if !strings.Contains(out.String(), "mkosi: archive "+tt.archive+" (from ") {
+				t.Errorf("stdout does not say where the archive came from:\n%s", out.String())
+			}
+			for _, w := range tt.stderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if len(tt.stderr) == 0 && tt.t.Arch == runtime.GOARCH && stderr.Len() > 0 {
+				t.Errorf("unexpected stderr:\n%s", stderr.String())
+			}
+			if tt.t.Arch != runtime.GOARCH && !strings.Contains(stderr.String(), "if it does not carry "+tt.t.Arch) {
+				t.Errorf("other architecture: no note on stderr:\n%s", stderr.String())
+			}
+		})
+	}
+}
