@@ -16,7 +16,7 @@ func init() {
 func runPlan(args []string) int {
 	fs := pflag.NewFlagSet("plan", pflag.ContinueOnError)
 	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
-	release := fs.String("release", "13", "target release: 12, 13, 22.04, 24.04")
+	release := fs.String("release", "13", "target release by version or codename: 12, 13, 22.04, 24.04, bookworm, trixie, jammy, noble")
 	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
 	kernels := fs.StringSlice("kernel", nil, "a kernel version installed in the image (repeat for several); none: resolved at build time")
 	collect := gpustack.BindFlags(fs)
@@ -35,7 +35,12 @@ func runPlan(args []string) int {
 		fmt.Fprintln(os.Stderr, "plan:", err)
 		return 2
 	}
-	t := gpustack.Target{Distro: *distro, Version: *release, Arch: *arch, Kernels: *kernels, KernelsAtBuildTime: len(*kernels) == 0}
+	t, err := gpustack.LookupRelease(*distro, *release, *arch)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plan: --distribution/--release:", err)
+		return 2
+	}
+	t.Kernels, t.KernelsAtBuildTime = *kernels, len(*kernels) == 0
 	p, err := gpustack.NewPlan(res.Options, t)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)

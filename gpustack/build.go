@@ -159,7 +159,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			for _, k := range kernels {
 				headers = append(headers, f.headers(k))
 			}
-			checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers})
+			checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers, Closure: o.RepoClosure == "full"})
 		}
 		p.add("verify", "Verifying the image", checks...)
 	}
@@ -274,10 +274,6 @@ func gpuSteps(p *Plan, r release, f family) error {
 		}
 		actions := []Action{AptSource{Name: "podvm-nvidia-container-toolkit", URI: url, Suites: []string{"/"}, Arch: p.Target.Arch,
 			Keyring: toolkitKeyring, Key: repoKey(o.ToolkitRepoKeyring, toolkitKeyURL, toolkitFingerprint)}}
-		if o.ToolkitRepoURL != "" && o.ToolkitRepoKeyring == "" {
-			// A mirror keeps NVIDIA's signatures; its key is still NVIDIA's.
-			actions[0] = withKeyURL(actions[0].(AptSource), toolkitKeyURL)
-		}
 		p.add("toolkit-repo", "Adding the NVIDIA container toolkit repository", actions...)
 	}
 	p.add("apt-update", "Refreshing package lists", AptUpdate{})
@@ -344,7 +340,7 @@ func gpuSteps(p *Plan, r release, f family) error {
 		}
 		if o.HookMode != HookOCIPrestart {
 			p.add("cdi", "Installing the CDI spec service",
-				WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService},
+				WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService(d.Modules[0])},
 				EnableUnits{Units: []string{cdiUnit}})
 			gpuUnits = append(gpuUnits, cdiUnit)
 		}
@@ -381,11 +377,6 @@ func repoKey(file, url, fingerprint string) Key {
 		return Key{File: file}
 	}
 	return Key{URL: url, Fingerprints: []string{fingerprint}}
-}
-
-func withKeyURL(a AptSource, url string) AptSource {
-	a.Key.URL = url
-	return a
 }
 
 func cudaArch(arch string) string {

@@ -12,7 +12,10 @@ set -eu
 exec /usr/bin/nvidia-container-toolkit -debug "$@" >>/var/log/nvidia-hook.log 2>&1
 `
 
-const cdiService = `[Unit]
+// cdiService generates the CDI spec at boot. It loads the driver's module
+// itself: udev may not have bound the GPU yet when it runs.
+func cdiService(module string) string {
+	return `[Unit]
 Description=Generate the NVIDIA CDI specification
 Documentation=https://github.com/NVIDIA/nvidia-container-toolkit
 # kata-agent reads the spec when it creates GPU containers.
@@ -22,11 +25,13 @@ After=systemd-modules-load.service nvidia-persistenced.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+ExecStartPre=/sbin/modprobe ` + module + `
+ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/run/cdi/nvidia.yaml
 
 [Install]
 WantedBy=multi-user.target
 `
+}
 
 const ccService = `[Unit]
 Description=Set the NVIDIA GPU ready for confidential computing

@@ -196,6 +196,22 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 		errs = append(errs, fmt.Errorf("%s=%s: needs local_repo_signing_key; the default ephemeral key has no passphrase",
 			name("local_repo_passphrase_env"), o.PassphraseEnv))
 	}
+	// The repository's own signatures protect packages fetched over http,
+	// but the key fetched next to it would not be: a plain-http mirror
+	// needs a keyring file.
+	for _, m := range []struct{ url, keyring string }{
+		{"nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring"},
+		{"nvidia_container_toolkit_repo_url", "nvidia_container_toolkit_repo_keyring"},
+	} {
+		u, k := o.field(m.url), o.field(m.keyring)
+		if strings.HasPrefix(u, "http://") && k == "" {
+			// Name the keyring the way the user wrote the URL.
+			ks, _ := Lookup(m.keyring)
+			kname := origin[m.url].Name(ks)
+			errs = append(errs, fmt.Errorf("%s=%s: a plain-http mirror needs %s (its key cannot be fetched safely over http); allowed: an https:// URL, or set %s",
+				name(m.url), u, kname, kname))
+		}
+	}
 	if o.ConfidentialCompute && o.KernelModules == ModulesProprietary {
 		errs = append(errs, fmt.Errorf("%s=yes with %s=proprietary: confidential computing needs the open kernel modules; allowed: open|auto",
 			name("nvidia_confidential_compute"), name("nvidia_kernel_modules")))
@@ -254,4 +270,20 @@ func Keys() []string {
 		keys[i] = s.Key
 	}
 	return keys
+}
+
+// field returns a string option by HCL key, for checks that loop over
+// settings.
+func (o Options) field(key string) string {
+	switch key {
+	case "nvidia_cuda_repo_url":
+		return o.CUDARepoURL
+	case "nvidia_cuda_repo_keyring":
+		return o.CUDARepoKeyring
+	case "nvidia_container_toolkit_repo_url":
+		return o.ToolkitRepoURL
+	case "nvidia_container_toolkit_repo_keyring":
+		return o.ToolkitRepoKeyring
+	}
+	return ""
 }

@@ -188,6 +188,10 @@ type VerifyRepo struct {
 	Dir      string
 	Keyring  string
 	Packages []string
+	// Closure: the repository holds every dependency, so the self-test runs
+	// against an empty dpkg status. Without it the image's own status
+	// supplies what the repository leaves out.
+	Closure bool
 }
 
 // VerifyExecutable asserts that files exist and are executable.
@@ -278,7 +282,11 @@ func (a BakeRepo) describe() string {
 }
 
 func (a VerifyRepo) describe() string {
-	return fmt.Sprintf("offline apt self-test of %s: simulate install %s", a.Dir, strings.Join(a.Packages, " "))
+	status := "the image's dpkg status"
+	if a.Closure {
+		status = "an empty dpkg status"
+	}
+	return fmt.Sprintf("offline apt self-test of %s against %s: simulate install %s", a.Dir, status, strings.Join(a.Packages, " "))
 }
 
 func (a VerifyExecutable) describe() string { return "check executable " + strings.Join(a.Paths, " ") }

@@ -76,13 +76,15 @@ func ParseBool(s string) (bool, bool) {
 }
 
 var (
-	driverVersionRe = regexp.MustCompile(`^[0-9]{3,4}(\.[0-9]+){0,2}(-[0-9A-Za-z.+~]+)?$`)
-	debVersionRe    = regexp.MustCompile(`^([0-9]+:)?[0-9][0-9A-Za-z.+~-]*$`)
-	pkgNameRe       = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
-	pkgTemplateRe   = regexp.MustCompile(`^[a-z0-9{][a-z0-9+.{}-]+$`)
-	envNameRe       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	kernelRe        = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
-	urlRe           = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
+	// A branch, branch.minor(.patch), or a full x.y.z with a package revision.
+	driverVersionRe = regexp.MustCompile(`^[0-9]{3,4}((\.[0-9]+){1,2}|\.[0-9]+\.[0-9]+-[0-9A-Za-z.+~]+)?$`)
+	// apt's name=version matches whole versions only: the revision is needed.
+	debVersionRe  = regexp.MustCompile(`^([0-9]+:)?[0-9][0-9A-Za-z.+~]*-[0-9A-Za-z.+~]+$`)
+	pkgNameRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	pkgTemplateRe = regexp.MustCompile(`^[a-z0-9{][a-z0-9+.{}-]+$`)
+	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	kernelRe      = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
+	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
 )
 
 func checkDriverVersion(s string) string {
@@ -96,7 +98,7 @@ func checkDebVersion(s string) string {
 	if debVersionRe.MatchString(s) {
 		return ""
 	}
-	return "a Debian package version such as 1.17.8-1"
+	return "a whole Debian package version with its revision, such as 1.17.8-1"
 }
 
 func checkAbsPath(s string) string {
@@ -192,7 +194,7 @@ var Table = []Setting{
 		set:     func(o *Options, v value) { o.DriverSource = DriverSource(v.s) }},
 	{Key: "nvidia_cuda_repo_url", Env: "NVIDIA_CUDA_REPO_URL", Kind: String, Section: "gpu",
 		DefaultDoc: "NVIDIA's CUDA repository for the release and architecture",
-		Help:       "CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo or the fabric manager.",
+		Help:       "CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo.",
 		check:      checkURL,
 		set:        func(o *Options, v value) { o.CUDARepoURL = v.s }},
 	{Key: "nvidia_cuda_repo_keyring", Env: "NVIDIA_CUDA_REPO_KEYRING", Kind: String, Section: "gpu",
@@ -351,7 +353,7 @@ func Lookup(key string) (*Setting, bool) {
 func (s *Setting) AllowedText() string {
 	switch s.Kind {
 	case Bool:
-		return "yes|no|true|false|1|0 (any case)"
+		return "yes|no|true|false|on|off|1|0 (any case)"
 	case Enum:
 		return strings.Join(s.Allowed, "|")
 	}

@@ -14,7 +14,7 @@ type Settings struct {
 	NvidiaKernelModules *string `mapstructure:"nvidia_kernel_modules" required:"false"`
 	// Where the driver comes from: the distro archive (DKMS), NVIDIA's CUDA apt repo (DKMS), or Ubuntu's precompiled signed modules. Environment: `NVIDIA_DRIVER_SOURCE`; default: distro.
 	NvidiaDriverSource *string `mapstructure:"nvidia_driver_source" required:"false"`
-	// CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo or the fabric manager. Environment: `NVIDIA_CUDA_REPO_URL`; default: NVIDIA's CUDA repository for the release and architecture.
+	// CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo. Environment: `NVIDIA_CUDA_REPO_URL`; default: NVIDIA's CUDA repository for the release and architecture.
 	NvidiaCUDARepoURL *string `mapstructure:"nvidia_cuda_repo_url" required:"false"`
 	// OpenPGP public key file (armored or binary) on the build host that signs the CUDA repository. Environment: `NVIDIA_CUDA_REPO_KEYRING`; default: NVIDIA's key, fetched over https and checked against its pinned fingerprint.
 	NvidiaCUDARepoKeyring *string `mapstructure:"nvidia_cuda_repo_keyring" required:"false"`

@@ -174,13 +174,3 @@ func compareFragment(a, b string) int {
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// KnownTarget fills the codename of a supported release, for callers that
-// name a target before the image exists (the plan command, mkosi).
-func KnownTarget(distro, version, arch string) (Target, error) {
-	r, ok := releases[distro+"-"+version]
-	if !ok {
-		return Target{}, fmt.Errorf("unsupported target %s %s; supported: %s", distro, version, supported())
-	}
-	return Target{Distro: distro, Version: version, Codename: r.codename, Arch: arch}, nil
-}
