@@ -12,6 +12,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
 // StepError is a failed plan step: which one, and why.
@@ -231,14 +232,14 @@ func (e *executor) aptSource(ctx context.Context, a gpustack.AptSource) error {
 	switch k := a.Key; {
 	case k.InImage:
 	case k.File != "":
-		if keyring, err = keyFile(k.File); err != nil {
+		if keyring, err = repokey.ReadFile(k.File, "the key of apt source "+a.Name); err != nil {
 			return err
 		}
 	case k.URL != "":
 		keyring = e.keys[k.URL]
 		if keyring == nil {
 			e.ui.Say(fmt.Sprintf("fetching %s on the build host (fingerprint %s)", k.URL, strings.Join(k.Fingerprints, " or ")))
-			if keyring, err = fetchKey(ctx, e.http, k.URL, k.Fingerprints); err != nil {
+			if keyring, err = repokey.Fetch(ctx, e.http, k.URL, k.Fingerprints); err != nil {
 				return err
 			}
 			if e.keys == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
 func TestSourcesParsingAndComponents(t *testing.T) {
@@ -108,7 +109,7 @@ func TestFetchKey(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 
-	bin, err := fetchKey(ctx, srv.Client(), srv.URL+"/gpgkey", []string{strings.ToLower(fp[:20]) + " " + fp[20:]})
+	bin, err := repokey.Fetch(ctx, srv.Client(), srv.URL+"/gpgkey", []string{strings.ToLower(fp[:20]) + " " + fp[20:]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,17 +118,17 @@ func TestFetchKey(t *testing.T) {
 	if err != nil || len(ents) != 1 || fmt.Sprintf("%X", ents[0].PrimaryKey.Fingerprint) != fp {
 		t.Fatalf("keyring: %v, %d entities", err, len(ents))
 	}
-	if _, err := fetchKey(ctx, srv.Client(), srv.URL+"/gpgkey", []string{"C95B321B61E88C1809C4F759DDCAE044F796ECB0"}); err == nil || !strings.Contains(err.Error(), fp) {
+	if _, err := repokey.Fetch(ctx, srv.Client(), srv.URL+"/gpgkey", []string{"C95B321B61E88C1809C4F759DDCAE044F796ECB0"}); err == nil || !strings.Contains(err.Error(), fp) {
 		t.Errorf("wrong fingerprint: error %v, want one naming the key's fingerprint", err)
 	}
-	if _, err := fetchKey(ctx, srv.Client(), srv.URL+"/missing", []string{fp}); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := repokey.Fetch(ctx, srv.Client(), srv.URL+"/missing", []string{fp}); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("missing key: error %v", err)
 	}
-	if _, err := fetchKey(ctx, srv.Client(), strings.Replace(srv.URL, "https", "http", 1)+"/gpgkey", []string{fp}); err == nil {
+	if _, err := repokey.Fetch(ctx, srv.Client(), strings.Replace(srv.URL, "https", "http", 1)+"/gpgkey", []string{fp}); err == nil {
 		t.Error("plain http accepted")
 	}
 	// A key file is dearmored as is.
-	bin2, err := keyFile(keyPath)
+	bin2, err := repokey.ReadFile(keyPath, "test_key")
 	if err != nil || !bytes.Equal(bin, bin2) {
 		t.Errorf("keyFile: %v, same bytes %v", err, bytes.Equal(bin, bin2))
 	}
