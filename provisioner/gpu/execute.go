@@ -267,13 +267,20 @@ const aptPrivate = `-o Dir::Etc::SourceList="$d/none.list" -o Dir::Etc::SourcePa
 	`-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Acquire::Languages=none`
 
 // verifyRepoCommand is the offline self-test: apt with the baked repository
-// as its only source and nothing installed must accept the signature and
-// resolve the packages. Any warning from update (a bad signature is one on
-// some apt versions) fails it.
+// as its only source must accept the signature and resolve the packages.
+// With the full closure nothing is installed (an empty dpkg status): the
+// repository alone must satisfy every dependency. Without it a copy of the
+// image's own dpkg status supplies what the repository leaves out. Any
+// warning from update (a bad signature is one on some apt versions) fails
+// it.
 func verifyRepoCommand(a gpustack.VerifyRepo) string {
 	src := gpustack.AptSource{Name: "local", URI: "file://" + a.Dir, Suites: []string{"./"}, Keyring: a.Keyring}.Deb822()
+	status := `: > "$d/status"`
+	if !a.Closure {
+		status = `cp /var/lib/dpkg/status "$d/status"`
+	}
 	return `d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
-		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && : > "$d/status" && ` +
+		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && ` + status + ` && ` +
 		`printf '%s' ` + shellQuote(src) + ` > "$d/sources.list.d/local.sources" && ` +
 		`out=$(apt-get ` + aptPrivate + ` update 2>&1); rc=$?; printf '%s\n' "$out"; [ $rc -eq 0 ] || exit $rc; ` +
 		`if printf '%s\n' "$out" | grep -q '^[WE]:'; then echo "apt reported problems reading the baked repository" >&2; exit 1; fi; ` +

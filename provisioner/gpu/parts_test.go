@@ -21,6 +21,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
@@ -282,6 +283,21 @@ func TestPoolName(t *testing.T) {
 	} {
 		if got := poolName(in); got != want {
 			t.Errorf("poolName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestVerifyRepoStatus(t *testing.T) {
+	for _, tc := range []struct {
+		closure   bool
+		want, not string
+	}{
+		{true, `: > "$d/status"`, "/var/lib/dpkg/status"},
+		{false, `cp /var/lib/dpkg/status "$d/status"`, `: > "$d/status"`},
+	} {
+		cmd := verifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-x"}, Closure: tc.closure})
+		if !strings.Contains(cmd, tc.want) || strings.Contains(cmd, tc.not) {
+			t.Errorf("closure %v: command %s\nwant %q and not %q", tc.closure, cmd, tc.want, tc.not)
 		}
 	}
 }

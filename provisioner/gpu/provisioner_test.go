@@ -99,6 +99,8 @@ func goldenCases(t *testing.T) []goldenCase {
 		{"debian-13-gpu-no-repo-yes", debian13, repoOnly},
 		{"ubuntu-24.04-gpu-yes", ubuntu2404, gpu},
 		{"ubuntu-24.04-gpu-no-repo-yes", ubuntu2404, repoOnly},
+		{"debian-13-repo-closure-none-verify", debian13, map[string]interface{}{
+			"enable_nvidia_gpu": "no", "local_repo": "yes", "local_repo_closure": "none", "verify": "yes"}},
 	}
 }
 
