@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -254,5 +255,82 @@ func TestWriteRefusesNonEmpty(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "mkosi.local.conf")); err != nil {
 		t.Errorf("the user's mkosi.local.conf was removed: %v", err)
+	}
+}
+
+// TestVerifyRepoClosure checks that the self-test follows the plan's
+// VerifyRepo.Closure: an empty dpkg status for a full closure, the image's
+// status otherwise.
+func TestVerifyRepoClosure(t *testing.T) {
+	for closure, want := range map[string]string{"full": " full 'linux-headers-{kernel}'\n", "none": " partial 'linux-headers-{kernel}'\n"} {
+		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "local_repo_closure": closure,
+			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, f := range files {
+			if strings.Contains(f.Path, "mkosi.finalize.d/") {
+				found = strings.Contains(string(f.Data), "\nverify_repo '/opt/local-packages' '/usr/share/keyrings/podvm-local-packages.gpg'"+want)
+			}
+		}
+		if !found {
+			t.Errorf("local_repo_closure=%s: finalize script lacks verify_repo ...%q", closure, want)
+		}
+	}
+}
+
+// TestUpdateInitramfsScript runs the update-initramfs step against a fake
+// image: it refreshes only a kernel whose initrd the image has, and only
+// when the image has update-initramfs.
+func TestUpdateInitramfsScript(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	for _, c := range []struct {
+		tool   bool
+		initrd []string
+		want   string
+	}{
+		{true, []string{"6.1"}, "ran -u -k 6.1\n"},
+		{true, nil, ""},
+		{false, []string{"6.1", "6.2"}, ""},
+	} {
+		root, bin := t.TempDir(), t.TempDir()
+		if c.tool {
+			if err := os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "usr/sbin/update-initramfs"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range c.initrd {
+			if err := os.MkdirAll(filepath.Join(root, "boot"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "boot", "initrd.img-"+k), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		log := filepath.Join(t.TempDir(), "log")
+		chroot := "#!/bin/sh\nshift\necho \"ran $*\" >>" + sq(log) + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "mkosi-chroot"), []byte(chroot), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-euc", "kernels='6.1 6.2'\n"+updateInitramfs)
+		cmd.Env = append(os.Environ(), "BUILDROOT="+root, "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got, _ := os.ReadFile(log)
+		if string(got) != c.want {
+			t.Errorf("tool %v initrds %v: ran %q, want %q\n%s", c.tool, c.initrd, got, c.want, out)
+		}
+		if c.want == "" && !strings.Contains(string(out), "update-initramfs skipped for 6.2") {
+			t.Errorf("tool %v initrds %v: no skip message:\n%s", c.tool, c.initrd, out)
+		}
 	}
 }

@@ -103,13 +103,17 @@ check_modules() {
 	done
 }
 
-# verify_repo DIR KEYRING PACKAGE-TEMPLATES: the offline self-test a
-# driver container runs: apt with the baked repository as its only source,
-# then a simulated install of each package from it. The image's own apt
-# runs it where the image has one; a minimal image has none, and then the
-# build host's apt reads the repository in $BUILDROOT.
+# verify_repo DIR KEYRING CLOSURE PACKAGE-TEMPLATES: the offline self-test
+# a driver container runs: apt with the baked repository as its only
+# source, then a simulated install of each package from it. CLOSURE=full:
+# the repository holds every dependency, so apt starts from an empty dpkg
+# status; otherwise the image's own status supplies what the repository
+# leaves out. The image's own apt runs it where the image has one; a
+# minimal image has none, and then the build host's apt reads the
+# repository in $BUILDROOT.
 verify_repo() {
 	work=$(mktemp -d "$BUILDROOT/var/tmp/podvm-verify.XXXXXX")
+	trap 'rm -rf "$work"' EXIT
 	if [ -x "$BUILDROOT/usr/bin/apt-get" ]; then
 		apt="mkosi-chroot apt-get" root= d=${work#"$BUILDROOT"}
 	else
@@ -124,22 +128,28 @@ verify_repo() {
 	opts="-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=$d/parts
 		-o Dir::State::Lists=$d/lists -o Dir::Cache::Archives=$d/archives
 		-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Debug::NoLocking=1"
-	if [ "$repo_closure" = full ]; then
+	if [ "$3" = full ]; then
 		# An empty dpkg status, as in a driver container: the repository
 		# alone must satisfy every dependency.
 		opts="$opts -o Dir::State::Status=$d/status"
+		from="$1 alone"
 	else
+		# The image's status: what is installed there satisfies the rest;
+		# --reinstall makes apt take each package from the repository even
+		# where the image has it installed already.
 		opts="$opts -o Dir::State::Status=$root/var/lib/dpkg/status --reinstall"
+		from="$1 with the image's installed packages"
 	fi
 	$apt -q $opts update || die "apt refused the local repository $1"
 	for k in $kernels; do
-		for p in $3; do
+		for p in $4; do
 			p=$(echo "$p" | sed "s/{kernel}/$k/g")
 			$apt -q $opts -s install "$p" >/dev/null || die "apt cannot install $p from the local repository $1"
-			echo "  apt: $p installs from $1 alone"
+			echo "  apt: $p installs from $from"
 		done
 	done
 	rm -rf "$work"
+	trap - EXIT
 }
 
 # repo_files_only DIR: the repository holds packages, its index, the
@@ -155,11 +165,14 @@ repo_files_only() {
 }
 `
 
+// updateInitramfs refreshes an initramfs the image already has for a
+// kernel, as the provisioner does; mkosi builds its own initrd otherwise.
 const updateInitramfs = `for k in $kernels; do
-	if [ -x "$BUILDROOT/usr/sbin/update-initramfs" ]; then
+	if [ -x "$BUILDROOT/usr/sbin/update-initramfs" ] && [ -e "$BUILDROOT/boot/initrd.img-$k" ]; then
+		echo "  update-initramfs -u -k $k"
 		mkosi-chroot update-initramfs -u -k "$k"
 	else
-		echo "  no update-initramfs in the image for $k: mkosi builds the initrd"
+		echo "  update-initramfs skipped for $k: the image has no update-initramfs or no /boot/initrd.img-$k (mkosi builds the initrd)"
 	fi
 done
 `

@@ -35,24 +35,46 @@ pkg nvidia-container-toolkit-base ""
 mkdir -p "$work/nvidia-container-toolkit-base/usr/bin" "$work/nvidia-container-toolkit-base/etc/nvidia-container-runtime"
 cat >"$work/nvidia-container-toolkit-base/usr/bin/nvidia-ctk" <<'STUB'
 #!/bin/sh
-# nvidia-ctk stand-in: "config --config-file=F --in-place --set k=v ..."
-# appends "k = v" lines to F; anything else fails.
+# nvidia-ctk stand-in: "config --in-place --config=F --set k=v ..."
+# appends "k = v" lines to F. It parses the flags as nvidia-ctk v1.17's
+# config command (urfave/cli) declares them: --config-file with its
+# aliases --config and -c, --in-place (-i), --set, each with one or two
+# dashes and its value after "=" or as the next argument; --output (-o) is
+# real but not needed here, so the stand-in refuses it with the rest.
 set -eu
-[ "${1:-}" = config ] || { echo "nvidia-ctk stand-in: only config is supported" >&2; exit 1; }
+die() { echo "nvidia-ctk stand-in: $*" >&2; exit 1; }
+[ "${1:-}" = config ] || die "only config is supported"
 shift
-file=/etc/nvidia-container-runtime/config.toml inplace=
+file=/etc/nvidia-container-runtime/config.toml inplace= sets=
 while [ $# -gt 0 ]; do
-	case $1 in
-	--config-file=*) file=${1#--config-file=} ;;
-	--in-place | -i) inplace=1 ;;
-	--set) shift; echo "$1" | sed 's/=/ = /' >>"$file.sets" ;;
-	*) echo "nvidia-ctk stand-in: unknown argument $1" >&2; exit 1 ;;
+	arg=$1 name= value= hasvalue=
+	case $arg in
+	--*=* | -*=*) name=${arg%%=*} value=${arg#*=} hasvalue=1 ;;
+	*) name=$arg ;;
+	esac
+	case $name in
+	--config-file | -config-file | --config | -config | -c | --c | --set | -set)
+		if [ -z "$hasvalue" ]; then
+			[ $# -ge 2 ] || die "flag needs an argument: $name"
+			shift
+			value=$1
+		fi
+		case $name in
+		*set) sets="$sets$value
+" ;;
+		*) file=$value ;;
+		esac
+		;;
+	--in-place | -in-place | -i | --i)
+		[ -z "$hasvalue" ] || [ "$value" = true ] || die "$arg: only true is handled"
+		inplace=1
+		;;
+	*) die "unknown argument $arg" ;;
 	esac
 	shift
 done
-[ -n "$inplace" ] || { echo "nvidia-ctk stand-in: --in-place expected" >&2; exit 1; }
-cat "$file.sets" >>"$file"
-rm -f "$file.sets"
+[ -n "$inplace" ] || die "--in-place expected"
+printf '%s' "$sets" | sed 's/=/ = /' >>"$file"
 STUB
 echo '# config.toml of the nvidia-container-toolkit-base stand-in' >"$work/nvidia-container-toolkit-base/etc/nvidia-container-runtime/config.toml"
 echo /etc/nvidia-container-runtime/config.toml >"$work/nvidia-container-toolkit-base/DEBIAN/conffiles"
