@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -37,8 +38,9 @@ type Config struct {
 	// Bin is the host path of packer-plugin-podvm: the post-installation
 	// script runs it to index and sign the local repository.
 	Bin string
-	// Fetch gets repository keys named by URL; nil means HTTPFetch.
-	Fetch Fetcher
+	// HTTPClient fetches repository keys named by URL (through repokey,
+	// https only); nil means a default client.
+	HTTPClient *http.Client
 }
 
 // File is one file of the rendered tree.
@@ -80,9 +82,6 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	arch, ok := mkosiArch[t.Arch]
 	if !ok {
 		return nil, fmt.Errorf("mkosi: unsupported architecture %q; supported: amd64, arm64", t.Arch)
-	}
-	if c.Fetch == nil {
-		c.Fetch = HTTPFetch
 	}
 	archive, err := gpustack.ArchiveSources(t, c.Mirror, c.SecurityMirror)
 	if err != nil {
@@ -207,7 +206,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		r.files.add(r.prefix+"mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(withComps)))
 		fmt.Fprintf(b, "echo %s\n", sq("  mkosi: archive components "+strings.Join(a.Components, " ")+" in the sandbox sources"))
 	case gpustack.AptSource:
-		kr, err := keyring(ctx, a.Key, r.c.Fetch)
+		kr, err := keyring(ctx, a.Key, r.c.HTTPClient)
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,13 @@
 package mkosi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +15,10 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -66,7 +72,7 @@ func (c treeCase) render(t *testing.T, bin string) []File {
 		// A local key file: the tests never reach NVIDIA.
 		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
 	}
-	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, Fetch: noFetch,
+	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, HTTPClient: noNetwork,
 		Mirror: exampleMirror(c.distro), SecurityMirror: exampleMirror(c.distro) + "-security"})
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +84,23 @@ func (c treeCase) render(t *testing.T, bin string) []File {
 // real archive host and do not read the host's apt configuration.
 func exampleMirror(distro string) string { return "http://mirror.example/" + distro }
 
-func noFetch(_ context.Context, url string) ([]byte, error) {
-	return nil, fmt.Errorf("test fetched %s", url)
+// roundTrip is an http.RoundTripper from a function.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// noNetwork is a client that fails every request: the tests never reach
+// the network.
+var noNetwork = &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+	return nil, fmt.Errorf("test fetched %s", r.URL)
+})}
+
+// serving is a client that answers every request with body.
+func serving(body []byte) *http.Client {
+	return &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: io.NopCloser(bytes.NewReader(body)),
+			ContentLength: int64(len(body)), Request: r, Header: http.Header{}}, nil
+	})}
 }
 
 // dump renders a tree as one reviewable text: each file with its mode,
@@ -131,7 +152,7 @@ func TestStepTitles(t *testing.T) {
 	c := treeCases[0]
 	p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": "yes",
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,25 +181,24 @@ func TestRenderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetch := func(context.Context, string) ([]byte, error) { return key, nil }
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: fetch, Mirror: exampleMirror("debian")}); err == nil ||
-		!strings.Contains(err.Error(), "none of the pinned") {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(key), Mirror: exampleMirror("debian")}); err == nil ||
+		!strings.Contains(err.Error(), "no key with fingerprint") {
 		t.Errorf("wrong key: got %v, want a fingerprint error", err)
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil ||
 		!strings.Contains(err.Error(), "offline builds") {
 		t.Errorf("unreachable key: got %v, want a hint about a local key file", err)
 	}
 	p = plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "nvidia_container_toolkit": "no"})
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil {
 		t.Error("relative binary path: want an error")
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork}); err == nil ||
 		!strings.Contains(err.Error(), "mirror: required") {
 		t.Errorf("no mirror: got %v, want a \"mirror: required\" error", err)
 	}
 	p.Target.KernelsAtBuildTime = false
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil {
 		t.Error("plan with known kernels: want an error")
 	}
 }
@@ -190,7 +210,7 @@ func TestSandboxSources(t *testing.T) {
 	p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes",
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
 	for _, sec := range []string{"", "http://security.example/debian-security"} {
-		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: "http://mirror.example/debian/", SecurityMirror: sec})
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: "http://mirror.example/debian/", SecurityMirror: sec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +285,7 @@ func TestVerifyRepoClosure(t *testing.T) {
 	for closure, want := range map[string]string{"full": " full 'linux-headers-{kernel}'\n", "none": " partial 'linux-headers-{kernel}'\n"} {
 		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "local_repo_closure": closure,
 			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
-		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, Fetch: noFetch, Mirror: exampleMirror("debian")})
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,5 +352,71 @@ func TestUpdateInitramfsScript(t *testing.T) {
 		if c.want == "" && !strings.Contains(string(out), "update-initramfs skipped for 6.2") {
 			t.Errorf("tool %v initrds %v: no skip message:\n%s", c.tool, c.initrd, out)
 		}
+	}
+}
+
+// TestFetchedKey checks the fetched repository key path (repokey): only the
+// entities with a pinned fingerprint reach the tree, and a key URL that is
+// not https is refused.
+func TestFetchedKey(t *testing.T) {
+	armored, err := os.ReadFile(filepath.Join("testdata", "toolkit-key.asc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := repokey.Parse(armored)
+	if err != nil || len(pinned) != 1 {
+		t.Fatalf("test key: %v (%d entities)", err, len(pinned))
+	}
+	other, err := openpgp.NewEntity("other", "", "other@podvm.invalid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, err := repokey.Binary(openpgp.EntityList{other, pinned[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// withKeyURL is the toolkit plan with its fetched key pinned to the
+	// test key and named by keyURL.
+	withKeyURL := func(keyURL string) (*gpustack.Plan, string) {
+		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes"})
+		keyringPath := ""
+		for _, s := range p.Steps {
+			for j, a := range s.Actions {
+				if src, ok := a.(gpustack.AptSource); ok && src.Key.URL != "" {
+					src.Key.URL, src.Key.Fingerprints = keyURL, []string{repokey.Fingerprint(pinned[0])}
+					s.Actions[j], keyringPath = src, src.Keyring
+				}
+			}
+		}
+		if keyringPath == "" {
+			t.Fatal("the plan fetches no key")
+		}
+		return p, keyringPath
+	}
+
+	p, keyringPath := withKeyURL("https://keys.example/gpgkey")
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served), Mirror: exampleMirror("debian")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if !strings.HasSuffix(f.Path, keyringPath) {
+			continue
+		}
+		n++
+		got, err := openpgp.ReadKeyRing(bytes.NewReader(f.Data))
+		if err != nil || len(got) != 1 || repokey.Fingerprint(got[0]) != repokey.Fingerprint(pinned[0]) || got[0].PrivateKey != nil {
+			t.Errorf("%s: %v, %d entities; want the pinned public key only", f.Path, err, len(got))
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d keyring files, want the sandbox's and the image's", n)
+	}
+
+	p, _ = withKeyURL("http://keys.example/gpgkey")
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served), Mirror: exampleMirror("debian")}); err == nil ||
+		!strings.Contains(err.Error(), "https") {
+		t.Errorf("http key URL: got %v, want it refused", err)
 	}
 }
