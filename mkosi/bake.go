@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
@@ -76,7 +77,7 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	}
 
 	m := spec.Manifest
-	m.Created = date.UTC().Format("2006-01-02T15:04:05Z07:00")
+	m.Created = date.UTC().Format(time.RFC3339)
 	m.Kernels = b.Kernels
 	m.Repo = &artifact.Repo{Path: spec.Dir, Keyring: spec.Keyring, Fingerprint: res.Fingerprint}
 	for _, p := range res.Packages {
@@ -136,11 +137,19 @@ func installedPackages(status string, names []string) ([]artifact.Package, error
 	return out, nil
 }
 
-func writeFile(name string, data []byte) error {
+// writeFile replaces name with data (mode 0644) through a temporary file
+// beside it, which it removes again when any step fails, so a failed bake
+// leaves no .podvm-tmp file in the image.
+func writeFile(name string, data []byte) (err error) {
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return err
 	}
 	tmp := name + ".podvm-tmp"
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err
 	}
