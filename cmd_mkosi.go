@@ -30,6 +30,10 @@ func runMkosi(args []string) int {
 	if len(args) > 0 && args[0] == "bake-repo" {
 		return runBakeRepo(ctx, args[1:])
 	}
+	// check-keys is the finalize script's secret-key check, equally hidden.
+	if len(args) > 0 && args[0] == "check-keys" {
+		return runCheckKeys(args[1:])
+	}
 
 	fs := pflag.NewFlagSet("mkosi", pflag.ContinueOnError)
 	out := fs.String("output", "", "directory to write the tree into (required)")
@@ -185,5 +189,33 @@ func runBakeRepo(ctx context.Context, args []string) int {
 		return 1
 	}
 	fmt.Printf("  repo: %d packages, key %s\n", len(res.Packages), res.Fingerprint)
+	return 0
+}
+
+// runCheckKeys fails when a key file below the given image directories
+// holds OpenPGP secret-key material.
+func runCheckKeys(args []string) int {
+	fs := pflag.NewFlagSet("mkosi check-keys", pflag.ContinueOnError)
+	root := fs.String("root", "", "the image root ($BUILDROOT)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *root == "" || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "mkosi check-keys: --root and at least one image directory are required")
+		return 2
+	}
+	found, err := mkosi.CheckSecretKeys(*root, fs.Args())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if len(found) > 0 {
+		fmt.Fprintf(os.Stderr, "mkosi check-keys: OpenPGP secret-key material in %s\n", strings.Join(found, ", "))
+		return 1
+	}
+	fmt.Printf("  no OpenPGP secret-key packet in the key files (*.gpg, *.asc, *.key) below %s\n", strings.Join(fs.Args(), " "))
 	return 0
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
@@ -90,5 +94,44 @@ func TestMkosiMirrors(t *testing.T) {
 				t.Errorf("other architecture: no note on stderr:\n%s", stderr.String())
 			}
 		})
+	}
+}
+
+// TestCheckKeysCommand runs the finalize script's secret-key check: a
+// binary secret key in the repository fails it, public keyrings pass.
+func TestCheckKeysCommand(t *testing.T) {
+	e, err := openpgp.NewEntity("leak", "", "leak@podvm.invalid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pub, sec bytes.Buffer
+	if err := e.Serialize(&pub); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SerializePrivate(&sec, nil); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	write := func(p string, data []byte) {
+		t.Helper()
+		f := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("usr/share/keyrings/podvm-local-packages.gpg", pub.Bytes())
+	args := []string{"check-keys", "--root", root, "/opt/local-packages", "/usr/share/keyrings", "/etc/apt"}
+	if rc := runMkosi(args); rc != 0 {
+		t.Errorf("public keyring only: rc %d, want 0", rc)
+	}
+	write("opt/local-packages/signing.key", sec.Bytes())
+	if rc := runMkosi(args); rc != 1 {
+		t.Errorf("secret key in the repository: rc %d, want 1", rc)
+	}
+	if rc := runMkosi([]string{"check-keys", "--root", root}); rc != 2 {
+		t.Errorf("no directory: rc %d, want 2", rc)
 	}
 }

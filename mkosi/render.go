@@ -396,9 +396,11 @@ func (r *renderer) finish() error {
 		scn.set("SourceDateEpoch", fmt.Sprint(e))
 	}
 	sb := setter{&build, &errp}
-	if r.network {
-		// The post-installation script downloads the repository's .debs.
-		sb.set("WithNetwork", "yes")
+	// The finalize script always checks for key material, even when the
+	// plan has no verification step; it runs this program for that, and
+	// the post-installation script runs it to bake the repository.
+	finalize := r.bake != nil || len(r.finalize) > 0
+	if finalize || r.network {
 		if !path.IsAbs(r.c.Bin) {
 			return fmt.Errorf("the packer-plugin-podvm binary must be an absolute path, got %q", r.c.Bin)
 		}
@@ -408,6 +410,10 @@ func (r *renderer) finish() error {
 		if d := path.Dir(r.c.Bin); d != "/usr" && !strings.HasPrefix(d, "/usr/") {
 			sb.list("ExtraSearchPaths", []string{d})
 		}
+	}
+	if r.network {
+		// The post-installation script downloads the repository's .debs.
+		sb.set("WithNetwork", "yes")
 		if k := r.bake.SigningKey; k != "" {
 			if _, err := os.Stat(k); err != nil {
 				return fmt.Errorf("local_repo_signing_key: %w", err)
@@ -442,9 +448,7 @@ func (r *renderer) finish() error {
 	if len(r.postinst) > 0 {
 		r.files.add(r.prefix+"mkosi.postinst.d/50-podvm.sh", 0o755, []byte(r.script("post-installation", r.postinst, "")))
 	}
-	// The finalize script always checks for key material, even when the
-	// plan has no verification step.
-	if r.bake != nil || len(r.finalize) > 0 {
+	if finalize {
 		r.files.add(r.prefix+"mkosi.finalize.d/50-podvm-check.sh", 0o755, []byte(r.script("finalize", r.finalize, r.leakCheck())))
 	}
 	return errp
@@ -453,9 +457,22 @@ func (r *renderer) finish() error {
 func (r *renderer) leakCheck() string {
 	var b strings.Builder
 	b.WriteString("echo '[check] No private key material in the image'\n")
+	// The directories where the plan writes keys: the local repository
+	// and its keyring's, apt's and the shared keyrings.
+	dirs := []string{"/usr/share/keyrings", "/etc/apt"}
 	if r.bake != nil {
 		fmt.Fprintf(&b, "repo_files_only %s\n", sq(r.bake.Dir))
+		dirs = append([]string{r.bake.Dir, path.Dir(r.bake.Keyring)}, dirs...)
 	}
+	var keyDirs []string
+	for _, d := range dirs {
+		if !slices.Contains(keyDirs, d) {
+			keyDirs = append(keyDirs, d)
+		}
+	}
+	// Key paths never hold spaces (the settings refuse them), so
+	// $key_dirs splits safely.
+	fmt.Fprintf(&b, "podvm_bin=%s\nkey_dirs=%s\n", sq(r.c.Bin), sq(strings.Join(keyDirs, " ")))
 	b.WriteString(noPrivateKeys)
 	return b.String()
 }

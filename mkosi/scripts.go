@@ -202,8 +202,12 @@ const downloadOnly = `echo "  downloading$pkgs"
 ` + debNames
 
 // noPrivateKeys fails the build on armored private keys anywhere in the
-// image; the repository's key is made and discarded on the host.
+// image; the repository's key is made and discarded on the host. The
+// binary check (packer-plugin-podvm mkosi check-keys, run with the key
+// directories as $key_dirs) follows it.
 const noPrivateKeys = `leaks=$(grep -rlsF -e '-----BEGIN PGP PRIVATE KEY BLOCK-----' "$BUILDROOT" | head -n 5)
 [ -z "$leaks" ] || die "private key material in the image: $leaks"
 echo '  no armored OpenPGP private key in the image'
+"$podvm_bin" mkosi check-keys --root "$BUILDROOT" $key_dirs ||
+	die "OpenPGP secret-key packets in the image's key files (see above)"
 `
