@@ -16,6 +16,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
 
@@ -161,7 +162,10 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err != nil {
 		return fmt.Errorf("indexing and signing on the build host: %w", err)
 	}
-	manifest := e.manifest(b, res, date)
+	manifest, err := e.manifest(ctx, repoSection(b, res), date)
+	if err != nil {
+		return err
+	}
 	mjson, err := manifest.JSON()
 	if err != nil {
 		return err
@@ -171,6 +175,13 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	// and swap the directory into place.
 	var installs []string
 	var staged []string
+	defer func() {
+		// The swap command removes its staged files itself; a failure
+		// before or during it must not leave them in remote_folder.
+		if err != nil {
+			e.r.removeStaged(staged...)
+		}
+	}()
 	files := append(slices.Clone(res.Files), artifact.ManifestFile)
 	for _, f := range files {
 		var data []byte
@@ -179,24 +190,56 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		} else if data, err = os.ReadFile(filepath.Join(outDir, f)); err != nil {
 			return err
 		}
-		s, err := e.r.stage(ctx, f, data)
-		if err != nil {
-			return err
+		s, serr := e.r.stage(ctx, f, data)
+		if serr != nil {
+			return serr
 		}
 		staged = append(staged, s)
 		installs = append(installs, "install -m 0644 "+shellQuote(s)+" "+shellQuote(newDir+"/"+f))
 	}
-	n, o2, d := shellQuote(newDir), shellQuote(oldDir), shellQuote(b.Dir)
-	swap := strings.Join(append(renames, installs...), " && ") +
-		" && chown -R root:root " + n +
-		" && find " + n + " -type d -exec chmod 0755 {} + && find " + n + " -type f -exec chmod 0644 {} +" +
-		" && rm -rf " + o2 + " && if [ -e " + d + " ]; then mv " + d + " " + o2 + "; fi && mv " + n + " " + d + " && rm -rf " + o2 +
-		"; rc=$?; rm -f " + quoteAll(staged...) + "; exit $rc"
-	if _, err := e.r.run(ctx, swap); err != nil {
-		return err
+	swap := swapCommand(newDir, oldDir, b.Dir, append(renames, installs...), staged)
+	sres, err := e.r.exec(ctx, swap, false)
+	if err != nil {
+		return err // did not run to its end: the deferred cleanup removes the staged files
 	}
+	staged = nil // the swap command removed them, whatever its outcome
+	if sres.status != 0 {
+		return &CommandError{Command: swap, ExitStatus: sres.status, Output: sres.tail}
+	}
+	e.ui.Say(fmt.Sprintf("repository %s: %d packages, key %s", b.Dir, len(res.Packages), res.Fingerprint))
+	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest)
+}
 
-	if err := e.writeFile(ctx, b.Keyring, res.Keyring, 0o644, "root:root"); err != nil {
+// swapCommand prepares newDir (extra commands first, then ownership and
+// modes) and renames it to dir, the previous repository going to oldDir
+// only for the moment of the swap. If the final rename fails the previous
+// repository is put back; it is never deleted before the new one is in
+// place. A previous repository that an interrupted swap left in oldDir is
+// restored first. The staged files are removed whatever happens.
+func swapCommand(newDir, oldDir, dir string, prepare, staged []string) string {
+	n, o, d := shellQuote(newDir), shellQuote(oldDir), shellQuote(dir)
+	cmds := append(slices.Clone(prepare),
+		"chown -R root:root "+n,
+		"find "+n+" -type d -exec chmod 0755 {} + && find "+n+" -type f -exec chmod 0644 {} +",
+		"if [ ! -e "+d+" ] && [ -e "+o+" ]; then mv "+o+" "+d+"; fi",
+		"rm -rf "+o,
+		"if [ -e "+d+" ]; then mv "+d+" "+o+"; fi",
+		"{ mv "+n+" "+d+" || { if [ -e "+o+" ]; then mv "+o+" "+d+"; fi; false; }; }",
+		"rm -rf "+o,
+	)
+	cmd := strings.Join(cmds, " && ")
+	if len(staged) > 0 {
+		cmd += "; rc=$?; rm -f " + quoteAll(staged...) + "; exit $rc"
+	}
+	return cmd
+}
+
+// publish writes what goes with a repository in place: its keyring at
+// b.Keyring, the in-image sources file when asked for, the manifest in the
+// repository directory (kept repository only: a new one has it already),
+// and the host artifacts.
+func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, armored []byte, manifest artifact.Manifest) error {
+	if err := e.writeFile(ctx, b.Keyring, keyring, 0o644, "root:root"); err != nil {
 		return err
 	}
 	if b.SourcesFile {
@@ -207,13 +250,12 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	paths, err := artifact.Write(b.OutputDir, artifact.Set{
 		RepoPath:    b.Dir,
 		KeyringPath: b.Keyring,
-		ArmoredKey:  res.ArmoredKey,
+		ArmoredKey:  armored,
 		Manifest:    manifest,
 	})
 	if err != nil {
 		return fmt.Errorf("writing host artifacts: %w", err)
 	}
-	e.ui.Say(fmt.Sprintf("repository %s: %d packages, key %s", b.Dir, len(res.Packages), res.Fingerprint))
 	e.ui.Say("host artifacts:")
 	for _, p := range paths {
 		e.ui.Say("  " + p)
@@ -254,7 +296,9 @@ func downloadCommand(b gpustack.BakeRepo, newDir string) string {
 	return prep + "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + quoteAll(b.Packages...) + ` && rm -rf "$t"`
 }
 
-func (e *executor) manifest(b gpustack.BakeRepo, res *indexResult, date time.Time) artifact.Manifest {
+// manifest is the manifest of the image as it is now: target, kernels,
+// the GPU stack with the NVIDIA packages actually installed, and repo.
+func (e *executor) manifest(ctx context.Context, repo *artifact.Repo, date time.Time) (artifact.Manifest, error) {
 	p, o := e.plan, e.plan.Options
 	m := artifact.Manifest{
 		SchemaVersion: 1,
@@ -262,6 +306,7 @@ func (e *executor) manifest(b gpustack.BakeRepo, res *indexResult, date time.Tim
 		Created:       date.Format(time.RFC3339),
 		Target:        artifact.Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
 		Kernels:       p.Kernels,
+		Repo:          repo,
 	}
 	if o.EnableGPU {
 		m.GPU = &artifact.GPU{
@@ -276,7 +321,79 @@ func (e *executor) manifest(b gpustack.BakeRepo, res *indexResult, date time.Tim
 		if o.Toolkit {
 			m.GPU.HookMode = string(o.HookMode)
 		}
+		pkgs, err := e.installedNvidia(ctx)
+		if err != nil {
+			return m, fmt.Errorf("listing the installed NVIDIA packages: %w", err)
+		}
+		m.GPU.Packages = pkgs
+		if v := driverVersion(p, pkgs); v != "" {
+			m.GPU.DriverVersion = v
+		}
 	}
+	return m, nil
+}
+
+// cmdInstalledNvidia lists the installed packages whose names match the
+// NVIDIA patterns. dpkg-query exits 1 when a pattern matches nothing.
+const cmdInstalledNvidia = `dpkg-query -W -f '${db:Status-Status}\t${Package}\t${Version}\t${Architecture}\n' '*nvidia*' 'libcuda*' 2>/dev/null || [ $? -eq 1 ]`
+
+// installedNvidia returns the installed NVIDIA packages, sorted by name.
+func (e *executor) installedNvidia(ctx context.Context) ([]artifact.Package, error) {
+	out, err := e.r.query(ctx, cmdInstalledNvidia)
+	if err != nil {
+		return nil, err
+	}
+	return parseInstalled(out), nil
+}
+
+func parseInstalled(out string) []artifact.Package {
+	var pkgs []artifact.Package
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) < 3 || f[0] != "installed" || f[1] == "" || f[2] == "" {
+			continue
+		}
+		pk := artifact.Package{Name: f[1], Version: f[2]}
+		if len(f) > 3 {
+			pk.Arch = f[3]
+		}
+		pkgs = append(pkgs, pk)
+	}
+	slices.SortFunc(pkgs, func(a, b artifact.Package) int {
+		return strings.Compare(a.Name+"\x00"+a.Arch, b.Name+"\x00"+b.Arch)
+	})
+	return pkgs
+}
+
+// driverStep is the plan step that installs the driver; the first package
+// of its first Install action is the driver package whose version the
+// manifest reports.
+const driverStep = "driver"
+
+func driverVersion(p *gpustack.Plan, installed []artifact.Package) string {
+	for _, s := range p.Steps {
+		if s.ID != driverStep {
+			continue
+		}
+		for _, a := range s.Actions {
+			in, ok := a.(gpustack.Install)
+			if !ok || len(in.Packages) == 0 {
+				continue
+			}
+			name, _, _ := strings.Cut(in.Packages[0], "=")
+			for _, pk := range installed {
+				if pk.Name == name {
+					return pk.Version
+				}
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// repoSection describes a freshly indexed repository.
+func repoSection(b gpustack.BakeRepo, res *indexResult) *artifact.Repo {
 	repo := &artifact.Repo{Path: b.Dir, Keyring: b.Keyring, Fingerprint: res.Fingerprint}
 	for _, pk := range res.Packages {
 		repo.Packages = append(repo.Packages, artifact.Package{
@@ -284,17 +401,20 @@ func (e *executor) manifest(b gpustack.BakeRepo, res *indexResult, date time.Tim
 			Filename: pk.Filename, Size: pk.Size, SHA256: pk.SHA256,
 		})
 	}
-	m.Repo = repo
-	return m
+	return repo
 }
 
-// keepUnchanged reports whether the repository in the image already holds
-// exactly the .debs in debDir (same file names and SHA256). If so it drops
-// newDir, rewrites the host artifacts from the repository's own manifest and
-// key, and says so.
+// keepUnchanged reports whether the repository in the image can stay as it
+// is: it holds exactly the .debs in debDir (same file names and SHA256) and
+// was signed the way this build would sign it. With a key file that is the
+// same key (fingerprint); with the ephemeral default any key does, since a
+// new ephemeral key would only change the key nodes trust for no reason.
+// If so it drops newDir and (re)writes the keyring, the sources file, a
+// fresh manifest (the GPU stack as it is now, the repository section from
+// the old manifest) in the repository and the host artifacts.
 func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDir, newDir string) (bool, error) {
 	dir := shellQuote(b.Dir)
-	probe := "if [ -f " + dir + "/manifest.json ] && [ -f " + dir + "/keyring.asc ] && [ -f " + dir + "/InRelease ] && [ -f " + shellQuote(b.Keyring) + " ]; then cat " + dir + "/manifest.json; fi"
+	probe := "if [ -f " + dir + "/manifest.json ] && [ -f " + dir + "/keyring.asc ] && [ -f " + dir + "/InRelease ]; then cat " + dir + "/manifest.json; fi"
 	mjson, err := e.r.query(ctx, probe)
 	if err != nil {
 		return false, err
@@ -303,7 +423,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 		return false, nil // no complete repository yet: bake one
 	}
 	var old artifact.Manifest
-	if json.Unmarshal([]byte(mjson), &old) != nil || old.Repo == nil {
+	if json.Unmarshal([]byte(mjson), &old) != nil || old.Repo == nil || old.Repo.Fingerprint == "" {
 		return false, nil
 	}
 	have := map[string]string{}
@@ -326,23 +446,67 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 			return false, nil
 		}
 	}
-	key, err := e.r.query(ctx, "cat "+dir+"/keyring.asc")
+	date := e.plan.Options.Timestamp()
+	if b.SigningKey != "" {
+		fp, err := e.signerFingerprint(b.SigningKey, b.Passphrase, date)
+		if err != nil {
+			return false, fmt.Errorf("local_repo_signing_key: %w", err)
+		}
+		if fp != old.Repo.Fingerprint {
+			e.ui.Say(fmt.Sprintf("repository %s has the same packages but is signed by %s, not by %s: signing it again", b.Dir, old.Repo.Fingerprint, fp))
+			return false, nil
+		}
+	}
+	armored, err := e.r.query(ctx, "cat "+dir+"/keyring.asc")
+	if err != nil {
+		return false, err
+	}
+	// The keyring at b.Keyring is written from the repository's own public
+	// key, and only if that is the key the old manifest names.
+	ents, err := repokey.Parse([]byte(armored))
+	if err != nil {
+		return false, nil
+	}
+	ents, err = repokey.KeepPinned(ents, []string{old.Repo.Fingerprint})
+	if err != nil {
+		return false, nil
+	}
+	keyring, err := repokey.Binary(ents)
 	if err != nil {
 		return false, err
 	}
 	if _, err := e.r.run(ctx, "rm -rf "+shellQuote(newDir)); err != nil {
 		return false, err
 	}
-	paths, err := artifact.Write(b.OutputDir, artifact.Set{RepoPath: b.Dir, KeyringPath: b.Keyring, ArmoredKey: []byte(key), Manifest: old})
+	repo := *old.Repo
+	repo.Path, repo.Keyring = b.Dir, b.Keyring
+	manifest, err := e.manifest(ctx, &repo, date)
 	if err != nil {
-		return false, fmt.Errorf("writing host artifacts: %w", err)
+		return false, err
+	}
+	data, err := manifest.JSON()
+	if err != nil {
+		return false, err
+	}
+	if err := e.writeFile(ctx, b.Dir+"/"+artifact.ManifestFile, data, 0o644, "root:root"); err != nil {
+		return false, err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))
-	e.ui.Say("host artifacts:")
-	for _, p := range paths {
-		e.ui.Say("  " + p)
+	if err := e.publish(ctx, b, keyring, []byte(armored), manifest); err != nil {
+		return false, err
 	}
 	return true, nil
+}
+
+// loadedFingerprint loads a signing key only to read its fingerprint; the
+// private half is discarded at once.
+func loadedFingerprint(path, passphraseEnv string, now time.Time) (string, error) {
+	s, err := aptrepo.LoadSigner(path, passphraseEnv, now)
+	if err != nil {
+		return "", err
+	}
+	defer s.Discard()
+	return s.Fingerprint(), nil
 }
 
 func fileSHA256(path string) (string, error) {

@@ -38,6 +38,8 @@ type executor struct {
 	plan    *gpustack.Plan
 	// keys caches fetched keys by URL: several sources may share one.
 	keys map[string][]byte
+	// signerFingerprint loads a signing key file for its fingerprint.
+	signerFingerprint func(path, passphraseEnv string, now time.Time) (string, error)
 }
 
 func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
@@ -188,8 +190,17 @@ func (e *executor) writeFile(ctx context.Context, path string, content []byte, m
 	s, p := shellQuote(staged), shellQuote(path)
 	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then echo "%[2]s: unchanged"; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
 		s, p, shellQuote(m+":"+user+":"+group), "0"+m, shellQuote(user), shellQuote(group))
-	_, err = e.r.run(ctx, cmd)
-	return err
+	res, err := e.r.exec(ctx, cmd, false)
+	if err != nil {
+		// The command did not run to its end (cancelled, or the
+		// communicator failed), so its own rm may not have run either.
+		e.r.removeStaged(staged)
+		return err
+	}
+	if res.status != 0 {
+		return &CommandError{Command: cmd, ExitStatus: res.status, Output: res.tail}
+	}
+	return nil
 }
 
 func baseName(p string) string {

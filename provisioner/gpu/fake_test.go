@@ -25,6 +25,7 @@ type fakeImage struct {
 	kernels   []string
 	sources   map[string]string // apt source files by path
 	debs      map[string][]byte // what apt "downloads" into the new repo dir
+	installed string            // dpkg-query output for the NVIDIA packages
 }
 
 func debian13() *fakeImage {
@@ -43,6 +44,10 @@ func debian13() *fakeImage {
 			"linux-image-6.12.57+deb13-amd64_6.12.57-1_amd64.deb":   []byte("deb3"),
 			"linux-kbuild-6.12.57+deb13_6.12.57-1_amd64.deb":        []byte("deb4"),
 		},
+		installed: "installed\tnvidia-smi\t550.163.01-2\tamd64\n" +
+			"installed\tnvidia-open-kernel-dkms\t550.163.01-2\tamd64\n" +
+			"config-files\tnvidia-legacy-check\t470.1-1\tamd64\n" +
+			"installed\tlibcuda1\t550.163.01-2\tamd64\n",
 	}
 }
 
@@ -63,6 +68,9 @@ func ubuntu2404() *fakeImage {
 			"linux-image-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb":   []byte("deb3"),
 			"linux-modules-6.8.0-1028-azure_6.8.0-1028.33_amd64.deb": []byte("deb4"),
 		},
+		installed: "installed\tnvidia-headless-570-server-open\t570.195.03-0ubuntu0.24.04.1\tamd64\n" +
+			"installed\tnvidia-utils-570-server\t570.195.03-0ubuntu0.24.04.1\tamd64\n" +
+			"installed\tlibnvidia-compute-570-server\t570.195.03-0ubuntu0.24.04.1\tamd64\n",
 	}
 }
 
@@ -177,6 +185,8 @@ func (c *fakeComm) answer(inner string) (string, int) {
 			fmt.Fprintf(&b, "%s%s\n%s\n", sourceMarker, p, img.sources[p])
 		}
 		return b.String(), 0
+	case inner == cmdInstalledNvidia:
+		return img.installed, 0
 	case strings.Contains(inner, `for f in *.deb`):
 		return strings.Join(sortedKeys(img.debs), "\n") + "\n", 0
 	}

@@ -193,5 +193,6 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	if e.indexer == nil {
 		e.indexer = aptrepoIndexer{}
 	}
+	e.signerFingerprint = loadedFingerprint
 	return e.provision(ctx, o)
 }

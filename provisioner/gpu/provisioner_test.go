@@ -298,7 +298,9 @@ func TestCancellation(t *testing.T) {
 	// ignores the context.
 	comm.respond = func(n int, inner string) (string, int, bool) {
 		if strings.Contains(inner, "install --no-install-recommends nvidia") && comm.hangAt == 0 {
+			comm.mu.Lock()
 			comm.hangAt = n
+			comm.mu.Unlock()
 		}
 		return "", 0, false
 	}

@@ -159,6 +159,11 @@ func (r *runner) exec(ctx context.Context, command string, quiet bool) (result, 
 		lw.flush()
 		return result{stdout: stdout.String(), tail: lw.tail(), status: status}, nil
 	case <-ctx.Done():
+		// The command may still write output after Provision returned;
+		// by then the ui is no longer ours to write to.
+		lw.mu.Lock()
+		lw.ui = nil
+		lw.mu.Unlock()
 		return result{}, ctx.Err()
 	}
 }
@@ -286,10 +291,32 @@ func (r *runner) stage(ctx context.Context, name string, data []byte) (string, e
 	err := r.retry(ctx, "uploading "+path, func() error {
 		return r.comm.Upload(path, bytes.NewReader(data), nil)
 	})
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
+		// A failed or interrupted upload may have left part of the file.
+		r.removeStaged(path)
 		return "", err
 	}
-	return path, ctx.Err()
+	return path, nil
+}
+
+// stagedCleanupTimeout bounds the best-effort removal of staged files.
+const stagedCleanupTimeout = 30 * time.Second
+
+// removeStaged removes staged files, best effort, after a failure. The
+// build's context may be cancelled already, so it gets a short one of its
+// own.
+func (r *runner) removeStaged(paths ...string) {
+	if len(paths) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stagedCleanupTimeout)
+	defer cancel()
+	if _, err := r.query(ctx, "rm -f "+quoteAll(paths...)); err != nil {
+		r.ui.Error(fmt.Sprintf("could not remove staged files %s: %v", strings.Join(paths, " "), err))
+	}
 }
 
 // download fetches a remote file into w, retrying on failure.
