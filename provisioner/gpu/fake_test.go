@@ -34,9 +34,9 @@ func debian13() *fakeImage {
 		arch:      "amd64",
 		kernels:   []string{"6.12.57+deb13-amd64"},
 		sources: map[string]string{
-			"/etc/apt/sources.list": "deb http://deb.debian.org/debian trixie main\n" +
-				"deb http://deb.debian.org/debian trixie-updates main\n" +
-				"deb http://security.debian.org/debian-security trixie-security main\n",
+			"/etc/apt/sources.list": "deb http://mirror.example/debian trixie main\n" +
+				"deb http://mirror.example/debian trixie-updates main\n" +
+				"deb http://security.mirror.example/debian-security trixie-security main\n",
 		},
 		debs: map[string][]byte{
 			"linux-headers-6.12.57+deb13-amd64_6.12.57-1_amd64.deb": []byte("deb1"),
@@ -57,9 +57,9 @@ func ubuntu2404() *fakeImage {
 		arch:      "amd64",
 		kernels:   []string{"6.8.0-1028-azure"},
 		sources: map[string]string{
-			"/etc/apt/sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble noble-updates noble-backports\n" +
+			"/etc/apt/sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://ubuntu.mirror.example/ubuntu/\nSuites: noble noble-updates noble-backports\n" +
 				"Components: main restricted universe multiverse\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n\n" +
-				"Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble-security\n" +
+				"Types: deb\nURIs: http://ubuntu.mirror.example/ubuntu/\nSuites: noble-security\n" +
 				"Components: main universe\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n",
 		},
 		debs: map[string][]byte{

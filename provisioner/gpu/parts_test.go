@@ -28,18 +28,18 @@ import (
 func TestSourcesParsingAndComponents(t *testing.T) {
 	out := sourceMarker + "/etc/apt/sources.list\n" +
 		"# comment\n" +
-		"deb http://deb.debian.org/debian trixie main # trailing\n" +
-		"deb-src http://deb.debian.org/debian trixie main\n" +
+		"deb http://mirror.example/debian trixie main # trailing\n" +
+		"deb-src http://mirror.example/debian trixie main\n" +
 		"deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://mirror.example/debian trixie-updates main contrib\n" +
 		"deb [ arch=amd64 ] https://download.docker.com/linux/debian trixie stable\n" +
 		"deb http://other.example/repo stable main\n\n" +
 		sourceMarker + "/etc/apt/sources.list.d/debian.sources\n" +
-		"Types: deb deb-src\nURIs: http://deb.debian.org/debian\nSuites: trixie-backports\nComponents: main non-free-firmware\n" +
+		"Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: trixie-backports\nComponents: main non-free-firmware\n" +
 		"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n" +
 		"Types: deb\nURIs: http://disabled.example/debian\nSuites: trixie\nComponents: main\nEnabled: no\n" +
 		"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n" +
 		sourceMarker + "/etc/apt/sources.list.d/podvm-archive-components.sources\n" +
-		"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: contrib\n\n"
+		"Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie\nComponents: contrib\n\n"
 	entries, err := parseSourceFiles(out)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ Components: non-free non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: http://mirror.example/debian
 Suites: trixie-backports
 Components: contrib non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -73,13 +73,13 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 		}
 	}
 	archive = archiveEntries(unsigned, "/usr/share/keyrings/debian-archive-keyring.gpg", "trixie")
-	if len(archive) != 1 || archive[0].URI != "http://deb.debian.org/debian" || archive[0].Suites[0] != "trixie" {
+	if len(archive) != 1 || archive[0].URI != "http://mirror.example/debian" || archive[0].Suites[0] != "trixie" {
 		t.Errorf("unsigned archive entries %+v", archive)
 	}
 }
 
 func TestComponentsAlreadyEnabled(t *testing.T) {
-	archive := []sourceEntry{{URI: "http://archive.ubuntu.com/ubuntu", Suites: []string{"noble"}, Components: []string{"main", "restricted"}}}
+	archive := []sourceEntry{{URI: "http://ubuntu.mirror.example/ubuntu", Suites: []string{"noble"}, Components: []string{"main", "restricted"}}}
 	if got := componentsDeb822(archive, []string{"restricted"}); got != "" {
 		t.Errorf("got %q, want nothing", got)
 	}

@@ -346,7 +346,7 @@ func TestTransientAptFailureIsRetried(t *testing.T) {
 		if strings.HasSuffix(inner, "force-confold update") && failed < 2 {
 			failed++
 			// apt-get update exits 0 on an unreachable mirror.
-			return "W: Failed to fetch http://deb.debian.org/debian/dists/trixie/InRelease  Temporary failure resolving 'deb.debian.org'\n", 0, true
+			return "W: Failed to fetch http://mirror.example/debian/dists/trixie/InRelease  Temporary failure resolving 'mirror.example'\n", 0, true
 		}
 		return "", 0, false
 	}
@@ -363,7 +363,7 @@ func TestTransientAptFailureGivesUp(t *testing.T) {
 	comm := newFakeComm(debian13())
 	comm.respond = func(n int, inner string) (string, int, bool) {
 		if strings.HasSuffix(inner, "force-confold update") {
-			return "E: Failed to fetch http://deb.debian.org/debian/dists/trixie/InRelease  Could not connect to deb.debian.org\n", 100, true
+			return "E: Failed to fetch http://mirror.example/debian/dists/trixie/InRelease  Could not connect to mirror.example\n", 100, true
 		}
 		return "", 0, false
 	}
