@@ -1,6 +1,22 @@
 package rootfs
 
-import "github.com/podvm-gpu/packer-plugin-podvm/hostapt"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/packer-plugin-sdk/multistep"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
+)
 
 // hostMirror returns the first Debian archive URI in the apt configuration
 // under aptDir (normally /etc/apt), preferring one that lists suite, and a
@@ -11,4 +27,192 @@ func hostMirror(aptDir, suite string) (mirror, origin string) {
 		return m, o
 	}
 	return "", "debootstrap's default (no Debian archive found in " + aptDir + ")"
+}
+
+// hostSecurityMirror returns the Debian security archive in the apt
+// configuration under aptDir, preferring one that lists suite's security
+// suite, and where it was found; with none found, "" and why.
+func hostSecurityMirror(aptDir, suite string) (mirror, origin string) {
+	if m, o := hostapt.SecurityMirror(hostapt.Read(aptDir), "debian", suite); m != "" {
+		return m, o
+	}
+	return "", "no Debian security archive was found in the host's apt sources (" + aptDir + ")"
+}
+
+// Where the image's apt sources go, as the chroot sees them.
+const (
+	debianSourcesPath  = "/etc/apt/sources.list.d/debian.sources"
+	oneLineSourcesPath = "/etc/apt/sources.list"
+	// debian-archive-keyring's keyring, which apt in every Debian tree has.
+	debianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+	// Where the keyring setting is copied to, so the image's apt trusts the
+	// mirror debootstrap trusted.
+	mirrorKeyringPath = "/etc/apt/keyrings/podvm-rootfs-mirror.gpg"
+)
+
+// Suites that take no -updates or -security suite alongside.
+var rollingSuites = []string{"sid", "unstable", "testing", "experimental", "rc-buggy"}
+
+// Releases before bullseye published security updates as <suite>/updates.
+var legacySecurity = []string{"squeeze", "wheezy", "jessie", "stretch", "buster"}
+
+// updatesSuites are the suites of the image's archive stanza: the release
+// and, for a stable release, its point updates.
+func updatesSuites(suite string) []string {
+	if slices.Contains(rollingSuites, suite) {
+		return []string{suite}
+	}
+	return []string{suite, suite + "-updates"}
+}
+
+// securitySuite is the suite suite's security updates are published
+// under, or "" when it has none.
+func securitySuite(suite string) string {
+	switch {
+	case suite == "" || slices.Contains(rollingSuites, suite):
+		return ""
+	case slices.Contains(legacySecurity, suite):
+		return suite + "/updates"
+	}
+	return suite + "-security"
+}
+
+// aptSource is one deb822 stanza of the image's apt sources.
+type aptSource struct {
+	uri        string
+	suites     []string
+	components []string
+	signedBy   string
+}
+
+// renderSources writes sources in deb822 form (sources.list(5)).
+func renderSources(sources []aptSource) string {
+	var b strings.Builder
+	b.WriteString("# Written by the podvm-rootfs builder (apt_sources).\n")
+	for _, s := range sources {
+		fmt.Fprintf(&b, "\nTypes: deb\nURIs: %s\nSuites: %s\nComponents: %s\nSigned-By: %s\n",
+			strings.TrimSuffix(s.uri, "/"), strings.Join(s.suites, " "), strings.Join(s.components, " "), s.signedBy)
+	}
+	return b.String()
+}
+
+// imageSources lists the image's apt sources: the archive from mirror with
+// its updates, then the security suite from security, if there is one.
+func imageSources(suite, mirror, security string, components []string, signedBy string) []aptSource {
+	srcs := []aptSource{{uri: mirror, suites: updatesSuites(suite), components: components, signedBy: signedBy}}
+	if sec := securitySuite(suite); sec != "" && security != "" {
+		srcs = append(srcs, aptSource{uri: security, suites: []string{sec}, components: components, signedBy: debianKeyring})
+	}
+	return srcs
+}
+
+// treeMirror returns the archive debootstrap wrote into the tree's
+// sources.list: the mirror it used when none was given.
+func treeMirror(aptDir, suite string) string {
+	sources := hostapt.Read(aptDir)
+	if m, _ := hostapt.ArchiveMirror(sources, "debian", suite); m != "" {
+		return m
+	}
+	for _, s := range sources {
+		if !s.Enabled || !slices.Contains(s.Types, "deb") {
+			continue
+		}
+		for _, u := range s.URIs {
+			if hostapt.UsableURI(u) {
+				return strings.TrimSuffix(u, "/")
+			}
+		}
+	}
+	return ""
+}
+
+// stepAptSources gives a debootstrapped tree the release's update and
+// security suites (apt_sources). It runs on every build, after the tree
+// is bootstrapped or unpacked from the cache, whose entries keep
+// debootstrap's own sources.list.
+type stepAptSources struct{}
+
+func (s *stepAptSources) Run(_ context.Context, state multistep.StateBag) multistep.StepAction {
+	cfg := state.Get("config").(*Config)
+	if !cfg.AptSources.True() {
+		return multistep.ActionContinue
+	}
+	ui := state.Get("ui").(packersdk.Ui)
+	root := state.Get("session").(*session).root
+	if err := writeAptSources(cfg, ui, root); err != nil {
+		return halt(state, fmt.Errorf("apt_sources: %w", err))
+	}
+	return multistep.ActionContinue
+}
+
+func (s *stepAptSources) Cleanup(multistep.StateBag) {}
+
+func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
+	aptDir, err := chroot.ResolveIn(root, "/etc/apt")
+	if err != nil {
+		return err
+	}
+	mirror, origin := cfg.Mirror, cfg.mirrorOrigin
+	if mirror == "" {
+		mirror = treeMirror(aptDir, cfg.Suite)
+		if mirror == "" {
+			return fmt.Errorf("debootstrap used its default mirror and the tree's %s names none; set mirror", oneLineSourcesPath)
+		}
+		origin = "the mirror debootstrap wrote into " + oneLineSourcesPath
+	}
+	signedBy := debianKeyring
+	if cfg.Keyring != "" {
+		// The mirror is signed with the keyring setting's key, which the
+		// image's apt must trust as debootstrap did.
+		data, err := os.ReadFile(cfg.Keyring)
+		if err != nil {
+			return fmt.Errorf("keyring: %w", err)
+		}
+		if err := replaceFile(root, mirrorKeyringPath, data); err != nil {
+			return err
+		}
+		signedBy = mirrorKeyringPath
+	}
+	srcs := imageSources(cfg.Suite, mirror, cfg.SecurityMirror, cfg.Components, signedBy)
+	if err := replaceFile(root, debianSourcesPath, []byte(renderSources(srcs))); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(aptDir, "sources.list")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", oneLineSourcesPath, err)
+	}
+	ui.Say(fmt.Sprintf("Wrote %s: %s from %s (from %s)", debianSourcesPath, strings.Join(srcs[0].suites, " "), mirror, origin))
+	switch {
+	case len(srcs) > 1:
+		ui.Say(fmt.Sprintf("Security updates: %s from %s (from %s)", srcs[1].suites[0], cfg.SecurityMirror, cfg.securityOrigin))
+	case securitySuite(cfg.Suite) == "":
+		ui.Say(fmt.Sprintf("No security suite: %s has none", cfg.Suite))
+	default:
+		for _, w := range cfg.warnings() {
+			ui.Error("Warning: " + w)
+		}
+	}
+	return nil
+}
+
+// replaceFile writes name (as the chroot sees it) inside root, 0644 and
+// owned by root, replacing whatever was there without following a link.
+func replaceFile(root, name string, data []byte) error {
+	dir, err := chroot.ResolveIn(root, path.Dir(name))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	p := filepath.Join(dir, path.Base(name))
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := writeMode(p, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Lchown(p, 0, 0); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
 }

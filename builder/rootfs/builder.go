@@ -36,7 +36,7 @@ func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
 	if err := b.config.Prepare(realHost(), raws...); err != nil {
 		return nil, nil, err
 	}
-	return nil, b.config.hostProblems(realHost()), nil
+	return nil, append(b.config.warnings(), b.config.hostProblems(realHost())...), nil
 }
 
 func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
@@ -85,8 +85,10 @@ func (b *Builder) steps() []multistep.Step {
 		&stepLock{},
 		&stepOutputDir{},
 		&stepSource{},
+		&stepAptSources{},
 		&stepMount{},
 		files,
+		&stepUpgrade{},
 		&commonsteps.StepProvision{},
 		&stepTeardown{files: files},
 	}

@@ -69,7 +69,10 @@ func fakeDebootstrap(t *testing.T, src string) (argsFile string) {
 set -e
 echo "$@" >> ` + argsFile + `
 eval "target=\${$(($# - 1))}"
+eval "mirror=\${$#}"
 cp -a ` + src + `/. "$target"
+mkdir -p "$target/etc/apt"
+echo "deb $mirror trixie main" > "$target/etc/apt/sources.list"
 echo "I: Base system installed successfully."
 mount -t proc proc "$target/proc"
 `
@@ -83,6 +86,7 @@ mount -t proc proc "$target/proc"
 func TestBuildDebootstrapThroughCache(t *testing.T) {
 	chroottest.RequireRoot(t)
 	src := chroottest.BusyboxRoot(t)
+	fakeAptGet(t, src, "")
 	argsFile := fakeDebootstrap(t, src)
 	dir := t.TempDir()
 	cache := filepath.Join(dir, "cache")
@@ -107,6 +111,9 @@ func TestBuildDebootstrapThroughCache(t *testing.T) {
 			t.Fatalf("%v\n%s", err, ui.output())
 		}
 		assertTornDown(t, out)
+		// apt_sources and upgrade run on every build, cached tree or not.
+		assertAptSources(t, out, "file:///srv/mirror/debian", "http://security.example/debian-security")
+		assertAptGetCalls(t, out)
 		return ui.output()
 	}
 

@@ -60,6 +60,30 @@ type Config struct {
 	// other choice is i386 on an amd64 host, which runs natively.
 	Arch string `mapstructure:"arch"`
 
+	// The Debian security archive (http, https or file URL) the image's apt
+	// sources name for `<suite>-security`. Defaults to the first Debian
+	// security archive in the host's apt sources; with none there the build
+	// log warns that the image gets no security updates. Only with
+	// source_type `debootstrap` and `apt_sources`; unstable, testing and
+	// experimental have no security suite.
+	SecurityMirror string `mapstructure:"security_mirror"`
+	// Replace debootstrap's one-line /etc/apt/sources.list (the release's
+	// suite alone) with /etc/apt/sources.list.d/debian.sources in deb822
+	// form: `<suite>` and `<suite>-updates` from `mirror` (the mirror
+	// debootstrap used, also when that was its own default), and
+	// `<suite>-security` from `security_mirror`, with `components`. Done on
+	// every build, cached base tree or not, before provisioners run.
+	// Defaults to `true` with source_type `debootstrap`; a tarball or
+	// directory keeps its own apt sources, and setting this with them is an
+	// error.
+	AptSources config.Trilean `mapstructure:"apt_sources"`
+	// Run `apt-get update` and a noninteractive `apt-get full-upgrade` in the
+	// tree before provisioners run, so the image has the release's security
+	// and point updates (a newer kernel among them). Defaults to `true` with
+	// source_type `debootstrap` and `false` with a tarball or directory,
+	// whose own apt sources it uses when set.
+	Upgrade config.Trilean `mapstructure:"upgrade"`
+
 	// Where bootstrapped base trees are cached as tarballs, keyed by suite,
 	// variant, components, include, arch, mirror and the UTC day. Defaults to
 	// $PODVM_CACHE/rootfs, else /var/cache/podvm-rootfs.
@@ -76,7 +100,10 @@ type Config struct {
 
 	// mirrorOrigin says where Mirror came from, for the build log.
 	mirrorOrigin string
-	ctx          interpolate.Context
+	// securityOrigin says where SecurityMirror came from, or why there is
+	// none, for the build log.
+	securityOrigin string
+	ctx            interpolate.Context
 }
 
 // host is what validation needs to know about the machine it runs on, so
@@ -136,7 +163,7 @@ var (
 	inputTarballs   = []string{".tar", ".tar.gz", ".tgz", ".tar.zst"}
 	outputTarballs  = []string{".tar.zst", ".tar.gz"}
 	mirrorSchemes   = []string{"http", "https", "file"}
-	debootstrapOnly = []string{"suite", "mirror", "variant", "components", "include", "keyring"}
+	debootstrapOnly = []string{"suite", "mirror", "variant", "components", "include", "keyring", "security_mirror", "apt_sources"}
 )
 
 // hostProblems says what the host lacks to run a build of c: root, and the
@@ -189,6 +216,10 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 		c.prepareDebootstrap(h, add)
 	case sourceTarball, sourceDirectory:
 		c.prepareExisting(add)
+		c.AptSources = config.TriFalse
+		if c.Upgrade != config.TriTrue {
+			c.Upgrade = config.TriFalse
+		}
 	default:
 		add("source_type: %q is not a source type; use one of %s", c.SourceType, quoteList(sourceTypes))
 	}
@@ -251,6 +282,45 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 	if !archRE.MatchString(c.Arch) || !slices.Contains(allowed, c.Arch) {
 		add("arch: %q cannot be built on this %s host; use %s (building for other architectures needs emulation, which this builder does not set up)", c.Arch, h.arch, quoteList(allowed))
 	}
+
+	if c.AptSources == config.TriUnset {
+		c.AptSources = config.TriTrue
+	}
+	if c.Upgrade == config.TriUnset {
+		c.Upgrade = config.TriTrue
+	}
+	c.prepareSecurity(h, add)
+}
+
+// prepareSecurity validates security_mirror, or finds the host's security
+// archive, for the security stanza of the image's apt sources.
+func (c *Config) prepareSecurity(h host, add func(string, ...any)) {
+	if c.SecurityMirror != "" {
+		c.securityOrigin = "the security_mirror setting"
+		if err := checkMirror(c.SecurityMirror); err != nil {
+			add("security_mirror: %q %v", c.SecurityMirror, err)
+		}
+		switch {
+		case !c.AptSources.True():
+			add("security_mirror: only used with apt_sources = true; the tree keeps debootstrap's sources.list")
+		case c.Suite != "" && securitySuite(c.Suite) == "":
+			add("security_mirror: suite %q has no security suite; remove security_mirror", c.Suite)
+		}
+		return
+	}
+	if !c.AptSources.True() || securitySuite(c.Suite) == "" {
+		return
+	}
+	c.SecurityMirror, c.securityOrigin = hostSecurityMirror(h.aptDir, c.Suite)
+}
+
+// warnings are settings that work but that a user should know about;
+// Prepare returns them and the build log repeats them.
+func (c *Config) warnings() []string {
+	if c.SourceType == sourceDebootstrap && c.AptSources.True() && c.SecurityMirror == "" && securitySuite(c.Suite) != "" {
+		return []string{fmt.Sprintf("the image gets no security updates: %s, and security_mirror is not set, so its apt sources have no %s suite", c.securityOrigin, securitySuite(c.Suite))}
+	}
+	return nil
 }
 
 func (c *Config) prepareExisting(add func(string, ...any)) {
@@ -302,6 +372,11 @@ func (c *Config) isSet(key string) bool {
 		return len(c.Include) > 0
 	case "keyring":
 		return c.Keyring != ""
+	case "security_mirror":
+		return c.SecurityMirror != ""
+	case "apt_sources":
+		// apt_sources = false asks for what a tarball or directory gets anyway.
+		return c.AptSources.True()
 	}
 	return false
 }

@@ -27,6 +27,9 @@ type FlatConfig struct {
 	Include             []string          `mapstructure:"include" cty:"include" hcl:"include"`
 	Keyring             *string           `mapstructure:"keyring" cty:"keyring" hcl:"keyring"`
 	Arch                *string           `mapstructure:"arch" cty:"arch" hcl:"arch"`
+	SecurityMirror      *string           `mapstructure:"security_mirror" cty:"security_mirror" hcl:"security_mirror"`
+	AptSources          *bool             `mapstructure:"apt_sources" cty:"apt_sources" hcl:"apt_sources"`
+	Upgrade             *bool             `mapstructure:"upgrade" cty:"upgrade" hcl:"upgrade"`
 	CacheDir            *string           `mapstructure:"cache_dir" cty:"cache_dir" hcl:"cache_dir"`
 	SkipCache           *bool             `mapstructure:"skip_cache" cty:"skip_cache" hcl:"skip_cache"`
 	OutputDirectory     *string           `mapstructure:"output_directory" cty:"output_directory" hcl:"output_directory"`
@@ -62,6 +65,9 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"include":                    &hcldec.AttrSpec{Name: "include", Type: cty.List(cty.String), Required: false},
 		"keyring":                    &hcldec.AttrSpec{Name: "keyring", Type: cty.String, Required: false},
 		"arch":                       &hcldec.AttrSpec{Name: "arch", Type: cty.String, Required: false},
+		"security_mirror":            &hcldec.AttrSpec{Name: "security_mirror", Type: cty.String, Required: false},
+		"apt_sources":                &hcldec.AttrSpec{Name: "apt_sources", Type: cty.Bool, Required: false},
+		"upgrade":                    &hcldec.AttrSpec{Name: "upgrade", Type: cty.Bool, Required: false},
 		"cache_dir":                  &hcldec.AttrSpec{Name: "cache_dir", Type: cty.String, Required: false},
 		"skip_cache":                 &hcldec.AttrSpec{Name: "skip_cache", Type: cty.Bool, Required: false},
 		"output_directory":           &hcldec.AttrSpec{Name: "output_directory", Type: cty.String, Required: false},

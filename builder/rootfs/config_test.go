@@ -52,6 +52,15 @@ func TestPrepareDefaults(t *testing.T) {
 	if c.Mirror != "http://mirror.example/debian" {
 		t.Errorf("mirror from the host's apt sources: %q", c.Mirror)
 	}
+	if !c.AptSources.True() || !c.Upgrade.True() {
+		t.Errorf("apt_sources %v, upgrade %v: both default to true with debootstrap", c.AptSources.ToString(), c.Upgrade.ToString())
+	}
+	if c.SecurityMirror != "http://security.example/debian-security" || !strings.Contains(c.securityOrigin, "testdata/apt/plain/sources.list") {
+		t.Errorf("security_mirror from the host's apt sources: %q (%s)", c.SecurityMirror, c.securityOrigin)
+	}
+	if w := c.warnings(); len(w) != 0 {
+		t.Errorf("warnings with a security mirror: %q", w)
+	}
 	if c.CacheDir != "/var/cache/podvm-rootfs" {
 		t.Errorf("cache_dir default %q", c.CacheDir)
 	}
@@ -77,6 +86,55 @@ func TestPrepareDefaults(t *testing.T) {
 	}
 	if c.Mirror != "" || !strings.Contains(c.mirrorOrigin, "debootstrap's default") {
 		t.Errorf("no host mirror: mirror %q (%s)", c.Mirror, c.mirrorOrigin)
+	}
+	if c.SecurityMirror != "" {
+		t.Errorf("no host security mirror: security_mirror %q", c.SecurityMirror)
+	}
+	want := "the image gets no security updates: no Debian security archive was found in the host's apt sources (testdata/apt/none), and security_mirror is not set, so its apt sources have no trixie-security suite"
+	if w := c.warnings(); len(w) != 1 || w[0] != want {
+		t.Errorf("warnings without a security mirror: %q, want %q", w, want)
+	}
+}
+
+func TestPrepareAptDefaults(t *testing.T) {
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                string
+		raw                 map[string]interface{}
+		aptSources, upgrade bool
+		security            string
+	}{
+		{"debootstrap", map[string]interface{}{"suite": "trixie"}, true, true, "http://security.example/debian-security"},
+		{"explicit security mirror", map[string]interface{}{"suite": "trixie", "security_mirror": "https://sec.example/debian-security"},
+			true, true, "https://sec.example/debian-security"},
+		{"debootstrap, both off", map[string]interface{}{"suite": "trixie", "apt_sources": false, "upgrade": false}, false, false, ""},
+		{"debootstrap, upgrade only", map[string]interface{}{"suite": "trixie", "apt_sources": false}, false, true, ""},
+		{"sid has no security suite", map[string]interface{}{"suite": "sid"}, true, true, ""},
+		{"directory", map[string]interface{}{"source_type": "directory", "source_path": tree}, false, false, ""},
+		{"directory, apt_sources off", map[string]interface{}{"source_type": "directory", "source_path": tree, "apt_sources": false}, false, false, ""},
+		{"directory, upgrade", map[string]interface{}{"source_type": "directory", "source_path": tree, "upgrade": true}, false, true, ""},
+		{"directory, upgrade as a string", map[string]interface{}{"source_type": "directory", "source_path": tree, "upgrade": "true"}, false, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := prepare(t, fakeHost(), tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.AptSources.True() != tt.aptSources || c.Upgrade.True() != tt.upgrade {
+				t.Errorf("apt_sources %s, upgrade %s; want %v, %v", c.AptSources.ToString(), c.Upgrade.ToString(), tt.aptSources, tt.upgrade)
+			}
+			if c.SecurityMirror != tt.security {
+				t.Errorf("security_mirror %q, want %q", c.SecurityMirror, tt.security)
+			}
+			if w := c.warnings(); len(w) != 0 {
+				t.Errorf("warnings: %q", w)
+			}
+		})
 	}
 }
 
@@ -212,6 +270,19 @@ func TestPrepareRejectsBadInput(t *testing.T) {
 			[]string{`output_tarball: "` + filepath.Join(out, "x.tar.zst") + `" is inside output_directory`}},
 		{"output tarball is a directory", map[string]interface{}{"suite": "trixie", "output_tarball": filepath.Join(dir, "d.tar.gz")},
 			[]string{`output_tarball: "` + filepath.Join(dir, "d.tar.gz") + `" is a directory`}},
+		{"security mirror scheme", map[string]interface{}{"suite": "trixie", "security_mirror": "ftp://security.example/debian-security"},
+			[]string{`security_mirror: "ftp://security.example/debian-security" is not a URL debootstrap can fetch from`}},
+		{"security mirror without host", map[string]interface{}{"suite": "trixie", "security_mirror": "https:///debian-security"},
+			[]string{`security_mirror: "https:///debian-security" has no host`}},
+		{"security mirror without apt_sources", map[string]interface{}{"suite": "trixie", "apt_sources": false, "security_mirror": "http://security.example/debian-security"},
+			[]string{`security_mirror: only used with apt_sources = true`}},
+		{"security mirror for sid", map[string]interface{}{"suite": "sid", "security_mirror": "http://security.example/debian-security"},
+			[]string{`security_mirror: suite "sid" has no security suite`}},
+		{"apt_sources not a bool", map[string]interface{}{"suite": "trixie", "apt_sources": "sometimes"},
+			[]string{`apt_sources`}},
+		{"apt settings with directory", map[string]interface{}{
+			"source_type": "directory", "source_path": tree, "apt_sources": true, "security_mirror": "http://security.example/debian-security"},
+			[]string{`apt_sources: only used with source_type "debootstrap", not "directory"`, `security_mirror: only used with source_type "debootstrap", not "directory"`}},
 		{"unknown setting", map[string]interface{}{"suite": "trixie", "sweet": "trixie"},
 			[]string{`sweet`}},
 	}
@@ -281,19 +352,20 @@ func TestHostProblems(t *testing.T) {
 // All problems come back at once, not one per packer run.
 func TestPrepareReportsEveryError(t *testing.T) {
 	_, err := prepare(t, fakeHost(), map[string]interface{}{
-		"suite":          "Bad Suite",
-		"variant":        "huge",
-		"components":     []string{"MAIN"},
-		"include":        []string{"A"},
-		"mirror":         "gopher://x",
-		"output_tarball": "x.zip",
+		"suite":           "Bad Suite",
+		"variant":         "huge",
+		"components":      []string{"MAIN"},
+		"include":         []string{"A"},
+		"mirror":          "gopher://x",
+		"output_tarball":  "x.zip",
+		"security_mirror": "gopher://y",
 	})
 	var me *packersdk.MultiError
 	if !errors.As(err, &me) {
 		t.Fatalf("want a MultiError, got %T: %v", err, err)
 	}
-	if len(me.Errors) != 6 {
-		t.Errorf("got %d errors, want 6:\n%v", len(me.Errors), err)
+	if len(me.Errors) != 7 {
+		t.Errorf("got %d errors, want 7:\n%v", len(me.Errors), err)
 	}
 }
 

@@ -62,6 +62,9 @@ func runHost(ctx context.Context, cmd *exec.Cmd) error {
 // lineLog logs complete lines and keeps the last few for error messages.
 type lineLog struct {
 	prefix string
+	// echo, if set, gets each line instead of the log (ui.Message, which
+	// logs it too).
+	echo func(string)
 
 	mu      sync.Mutex
 	partial []byte
@@ -80,8 +83,15 @@ func (l *lineLog) Write(p []byte) (int, error) {
 			break
 		}
 		line := strings.TrimRight(string(l.partial[:i]), "\r")
+		// A progress counter redraws its line after each \r; its last
+		// state is the line.
+		line = line[strings.LastIndexByte(line, '\r')+1:]
 		l.partial = l.partial[i+1:]
-		log.Printf("[%s] %s", l.prefix, line)
+		if l.echo != nil {
+			l.echo(line)
+		} else {
+			log.Printf("[%s] %s", l.prefix, line)
+		}
 		l.last = append(l.last, line)
 		if len(l.last) > keptLines {
 			l.last = l.last[1:]

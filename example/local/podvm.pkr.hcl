@@ -61,14 +61,26 @@ source "podvm-rootfs" "debian" {
   mirror     = var.mirror
   variant    = "minbase"
   components = ["main"]
-  # The image's own kernel: the driver is built for it, not for the host's.
-  include          = ["linux-image-amd64", "initramfs-tools", "ca-certificates", "systemd-sysv", "kmod"]
+  # No kernel here: debootstrap only sees the release's main suite, so it
+  # would install the release's kernel and the upgrade a second, newer one.
+  # The kernel comes after the upgrade, from the update and security suites
+  # the builder's apt_sources adds (on by default, as is upgrade).
+  include          = ["ca-certificates", "systemd-sysv", "kmod"]
   output_directory = var.output_directory
   output_tarball   = var.output_tarball
 }
 
 build {
   sources = ["source.podvm-rootfs.debian"]
+
+  # The image's own kernel, exactly one and current: the driver is built for
+  # it, not for the host's.
+  provisioner "shell" {
+    environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
+    inline = [
+      "apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools",
+    ]
+  }
 
   provisioner "podvm-gpu" {
     nvidia_kernel_modules = var.nvidia_kernel_modules

@@ -275,6 +275,26 @@ func TestBuilderE2E(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(out, "usr/sbin/policy-rc.d")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("policy-rc.d left in the image (%v)", err)
 		}
+		// apt_sources and upgrade default to on: the image takes security and
+		// point updates, and debootstrap's one-line sources.list is gone.
+		if data, err := os.ReadFile(filepath.Join(out, "etc/apt/sources.list.d/debian.sources")); err != nil {
+			t.Errorf("no deb822 apt sources in the image: %v", err)
+		} else {
+			for _, want := range []string{"Suites: trixie trixie-updates\n", "Suites: trixie-security\n",
+				"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"} {
+				if !strings.Contains(string(data), want) {
+					t.Errorf("debian.sources lacks %q:\n%s", want, data)
+				}
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(out, "etc/apt/sources.list")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("debootstrap's /etc/apt/sources.list left in the image (%v)", err)
+		}
+		for _, want := range []string{"Running apt-get -q update", "Upgrading the tree's packages: done in"} {
+			if !strings.Contains(r.output.String(), want) {
+				t.Errorf("build output lacks %q", want)
+			}
+		}
 		if data, err := os.ReadFile(filepath.Join(download, "sub/file")); err != nil || string(data) != "deep\n" {
 			t.Errorf("downloaded directory: %q, %v", data, err)
 		}
