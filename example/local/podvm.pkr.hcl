@@ -31,7 +31,7 @@ variable "mirror" {
 }
 
 # Debian 13's nvidia-open-kernel-dkms 550.163.01 does not build against the
-# archive's current kernel (6.12.117 changed pci_resize_resource), so this
+# archive's current 6.12 kernels (pci_resize_resource changed in 6.12.117), so this
 # example defaults to the proprietary modules; NVIDIA_KERNEL_MODULES=open or
 # -var nvidia_kernel_modules=open selects the open ones.
 variable "nvidia_kernel_modules" {
