@@ -109,6 +109,12 @@ func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
 	if e.PrimaryKey.KeyExpired(selfSig, now) {
 		return nil, bad("expired on %s", keyExpiry(e.PrimaryKey, selfSig))
 	}
+	// Nodes verify with their own clock, not with SOURCE_DATE_EPOCH: a key
+	// that was valid at an old build date but is not today signs nothing
+	// apt will accept.
+	if wall := time.Now(); wall.After(now) && (e.Revoked(wall) || e.PrimaryKey.KeyExpired(selfSig, wall)) {
+		return nil, bad("is valid at the build date %s but expired or revoked now; nodes would refuse its signatures", now.UTC().Format(time.RFC3339))
+	}
 	if selfSig.SigExpired(now) || (ident != nil && ident.Revoked(now)) {
 		return nil, bad("its self-signature has expired or its user ID is revoked")
 	}
