@@ -15,6 +15,9 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 )
 
+// wallClock is the nodes' idea of now; tests move it.
+var wallClock = time.Now
+
 // Signer holds an OpenPGP key that signs repository indexes, and the public
 // half that apt verifies them with.
 type Signer struct {
@@ -112,7 +115,7 @@ func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
 	// Nodes verify with their own clock, not with SOURCE_DATE_EPOCH: a key
 	// that was valid at an old build date but is not today signs nothing
 	// apt will accept.
-	if wall := time.Now(); wall.After(now) && (e.Revoked(wall) || e.PrimaryKey.KeyExpired(selfSig, wall)) {
+	if wall := wallClock(); wall.After(now) && (e.Revoked(wall) || e.PrimaryKey.KeyExpired(selfSig, wall)) {
 		return nil, bad("is valid at the build date %s but expired or revoked now; nodes would refuse its signatures", now.UTC().Format(time.RFC3339))
 	}
 	if selfSig.SigExpired(now) || (ident != nil && ident.Revoked(now)) {
