@@ -39,6 +39,9 @@ type family interface {
 	// pinPackages are the packages an exact driver version pins.
 	pinPackages(d Driver) []string
 	persistenced(d Driver) []string
+	// persistencedUnit replaces the distro's nvidia-persistenced unit when
+	// that one would not keep persistence on ("" keeps the distro's).
+	persistencedUnit() string
 	fabricManager(d Driver) ([]string, error)
 }
 
@@ -304,6 +307,9 @@ func gpuSteps(p *Plan, r release, f family) error {
 		var acts []Action
 		if len(persist) > 0 {
 			acts = append(acts, Install{Packages: persist, NoRecommends: true})
+		}
+		if unit := f.persistencedUnit(); unit != "" {
+			acts = append(acts, WriteFile{Path: "/etc/systemd/system/" + persistUnit, Mode: modeFile, Owner: "root:root", Content: unit})
 		}
 		acts = append(acts, EnableUnits{Units: []string{persistUnit}})
 		p.add("persistenced", "Enabling nvidia-persistenced", acts...)

@@ -74,6 +74,9 @@ func (debian) pinPackages(d Driver) []string {
 
 func (debian) persistenced(d Driver) []string { return []string{"nvidia-persistenced"} }
 
+// Debian's unit keeps persistence mode on and can be enabled as it is.
+func (debian) persistencedUnit() string { return "" }
+
 func (debian) fabricManager(d Driver) ([]string, error) {
 	if d.Source != SourceCUDARepo {
 		return nil, errors.New("nvidia_fabric_manager=yes: Debian's archive has no fabric manager; set nvidia_driver_source=cuda-repo")
