@@ -7,11 +7,12 @@
 #   make image PROVIDER=aws ENABLE_NVIDIA_GPU=no  the same image without NVIDIA
 #   packer build -var ubuntu_release=24.04 .      (from this directory)
 #
-# The podvm-gpu settings are deliberately not written below: the provisioner
+# The GPU settings are deliberately not written below: the provisioner
 # reads every setting it is not given in HCL from the environment of the
 # packer process (ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...; run
 # `packer-plugin-podvm options` for the list). Writing one here would
-# override the environment.
+# override the environment. Only output_dir is set, from a variable, so the
+# host-side artifacts land beside this template's other outputs.
 #
 # AWS credentials come from the usual places (AWS_PROFILE, AWS_ACCESS_KEY_ID,
 # instance role, ...). The build machine needs no GPU.

@@ -8,11 +8,12 @@
 #   make image PROVIDER=azure ENABLE_NVIDIA_GPU=no  the same image without NVIDIA
 #   packer build -var resource_group=my-rg -var ubuntu_release=24.04 .
 #
-# The podvm-gpu settings are deliberately not written below: the provisioner
+# The GPU settings are deliberately not written below: the provisioner
 # reads every setting it is not given in HCL from the environment of the
 # packer process (ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...; run
 # `packer-plugin-podvm options` for the list). Writing one here would
-# override the environment.
+# override the environment. Only output_dir is set, from a variable, so the
+# host-side artifacts land beside this template's other outputs.
 #
 # Authentication: set use_azure_cli_auth = true after `az login`, or
 # subscription_id, client_id and client_secret for a service principal (the
