@@ -12,8 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // File names in the output directory.
@@ -92,6 +96,50 @@ func (m Manifest) JSON() ([]byte, error) {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
 	return append(b, '\n'), nil
+}
+
+// NewManifest is the part of the manifest that plan p decides: the target,
+// the kernels and, with the GPU stack on, the driver and toolkit it chose.
+// What only the build knows (Created, the installed NVIDIA packages, the
+// driver's installed version, Repo) the back end fills in.
+func NewManifest(p *gpustack.Plan, generator string) Manifest {
+	o := p.Options
+	m := Manifest{
+		Generator: generator,
+		Target:    Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
+		Kernels:   p.Kernels,
+	}
+	if o.EnableGPU {
+		m.GPU = &GPU{
+			DriverBranch:   p.Driver.Branch,
+			DriverVersion:  p.Driver.Version,
+			Flavour:        string(p.Driver.Flavour),
+			Source:         string(p.Driver.Source),
+			Modules:        p.Driver.Modules,
+			Toolkit:        o.Toolkit,
+			ToolkitVersion: o.ToolkitVersion,
+		}
+		if o.Toolkit {
+			m.GPU.HookMode = string(o.HookMode)
+		}
+	}
+	return m
+}
+
+// Stamp sets Created from t, in UTC.
+func (m *Manifest) Stamp(t time.Time) { m.Created = t.UTC().Format(time.RFC3339) }
+
+// NewRepo is the manifest's section for a repository at path, signed by
+// fingerprint, that aptrepo indexed with pkgs.
+func NewRepo(path, keyring, fingerprint string, pkgs []aptrepo.Package) *Repo {
+	r := &Repo{Path: path, Keyring: keyring, Fingerprint: fingerprint}
+	for _, p := range pkgs {
+		r.Packages = append(r.Packages, Package{
+			Name: p.Name, Version: p.Version, Arch: p.Architecture,
+			Filename: p.Filename, Size: p.Size, SHA256: p.SHA256,
+		})
+	}
+	return r
 }
 
 // Sources is the deb822 entry for a flat repository at repoPath. signedBy is

@@ -162,7 +162,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err != nil {
 		return fmt.Errorf("indexing and signing on the build host: %w", err)
 	}
-	manifest, err := e.manifest(ctx, repoSection(b, res), date)
+	manifest, err := e.manifest(ctx, artifact.NewRepo(b.Dir, b.Keyring, res.Fingerprint, res.Packages), date)
 	if err != nil {
 		return err
 	}
@@ -299,34 +299,17 @@ func downloadCommand(b gpustack.BakeRepo, newDir string) string {
 // manifest is the manifest of the image as it is now: target, kernels,
 // the GPU stack with the NVIDIA packages actually installed, and repo.
 func (e *executor) manifest(ctx context.Context, repo *artifact.Repo, date time.Time) (artifact.Manifest, error) {
-	p, o := e.plan, e.plan.Options
-	m := artifact.Manifest{
-		SchemaVersion: 1,
-		Generator:     "packer-plugin-podvm " + version.PluginVersion.FormattedVersion() + " (podvm-gpu provisioner)",
-		Created:       date.Format(time.RFC3339),
-		Target:        artifact.Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
-		Kernels:       p.Kernels,
-		Repo:          repo,
-	}
-	if o.EnableGPU {
-		m.GPU = &artifact.GPU{
-			DriverBranch:   p.Driver.Branch,
-			DriverVersion:  p.Driver.Version,
-			Flavour:        string(p.Driver.Flavour),
-			Source:         string(p.Driver.Source),
-			Modules:        p.Driver.Modules,
-			Toolkit:        o.Toolkit,
-			ToolkitVersion: o.ToolkitVersion,
-		}
-		if o.Toolkit {
-			m.GPU.HookMode = string(o.HookMode)
-		}
+	m := artifact.NewManifest(e.plan, "packer-plugin-podvm "+version.PluginVersion.FormattedVersion()+" (podvm-gpu provisioner)")
+	m.SchemaVersion = 1
+	m.Stamp(date)
+	m.Repo = repo
+	if m.GPU != nil {
 		pkgs, err := e.installedNvidia(ctx)
 		if err != nil {
 			return m, fmt.Errorf("listing the installed NVIDIA packages: %w", err)
 		}
 		m.GPU.Packages = pkgs
-		if v := driverVersion(p, pkgs); v != "" {
+		if v := driverVersion(e.plan, pkgs); v != "" {
 			m.GPU.DriverVersion = v
 		}
 	}
@@ -390,18 +373,6 @@ func driverVersion(p *gpustack.Plan, installed []artifact.Package) string {
 		}
 	}
 	return ""
-}
-
-// repoSection describes a freshly indexed repository.
-func repoSection(b gpustack.BakeRepo, res *indexResult) *artifact.Repo {
-	repo := &artifact.Repo{Path: b.Dir, Keyring: b.Keyring, Fingerprint: res.Fingerprint}
-	for _, pk := range res.Packages {
-		repo.Packages = append(repo.Packages, artifact.Package{
-			Name: pk.Name, Version: pk.Version, Arch: pk.Architecture,
-			Filename: pk.Filename, Size: pk.Size, SHA256: pk.SHA256,
-		})
-	}
-	return repo
 }
 
 // keepUnchanged reports whether the repository in the image can stay as it
