@@ -19,6 +19,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"gopkg.in/yaml.v3"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
@@ -354,25 +355,20 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 }
 
 // dpkgInstalled reads the installed packages and versions from an image's
-// dpkg status.
+// dpkg status, one aptrepo.ParseControl paragraph per package.
 func dpkgInstalled(t *testing.T, root string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "var/lib/dpkg/status"))
 	must(t, err)
 	out := map[string]string{}
 	for _, para := range strings.Split(string(b), "\n\n") {
-		var name, ver, status string
-		for _, line := range strings.Split(para, "\n") {
-			if v, ok := strings.CutPrefix(line, "Package: "); ok {
-				name = v
-			} else if v, ok := strings.CutPrefix(line, "Version: "); ok {
-				ver = v
-			} else if v, ok := strings.CutPrefix(line, "Status: "); ok {
-				status = v
-			}
+		if strings.TrimSpace(para) == "" {
+			continue
 		}
-		if name != "" && status == "install ok installed" {
-			out[name] = ver
+		p, err := aptrepo.ParseControl([]byte(para))
+		must(t, err)
+		if p.Value("Status") == "install ok installed" {
+			out[p.Value("Package")] = p.Value("Version")
 		}
 	}
 	return out
