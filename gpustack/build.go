@@ -327,7 +327,7 @@ func gpuSteps(p *Plan, r release, f family) error {
 				names[i] += "=" + o.ToolkitVersion
 			}
 		}
-		p.add("toolkit", "Installing the NVIDIA container toolkit "+orNewest(o.ToolkitVersion),
+		p.add("toolkit", "Installing the NVIDIA container toolkit "+orDefault(o.ToolkitVersion, "(newest)"),
 			Install{Packages: names, NoRecommends: true},
 			ToolkitConfig{Path: toolkitConfig, Settings: []KV{
 				// A kata guest has no cgroup manager of its own for the
@@ -411,13 +411,6 @@ func orBranch(d Driver) string {
 func orDefault(v, def string) string {
 	if v == "" {
 		return def
-	}
-	return v
-}
-
-func orNewest(v string) string {
-	if v == "" {
-		return "(newest)"
 	}
 	return v
 }

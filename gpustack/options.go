@@ -70,6 +70,11 @@ type Options struct {
 
 	Verify          bool
 	SourceDateEpoch int64 // -1: now
+
+	// resolvedAt stands in for SOURCE_DATE_EPOCH when it is unset, so that
+	// every timestamp of one build (Release Date, signatures, manifest) is
+	// the same instant.
+	resolvedAt time.Time
 }
 
 // RepoEnabled reports whether the local repository is baked.
@@ -88,7 +93,10 @@ func (o Options) Timestamp() time.Time {
 	if o.SourceDateEpoch >= 0 {
 		return time.Unix(o.SourceDateEpoch, 0).UTC()
 	}
-	return time.Now().UTC().Truncate(time.Second)
+	if o.resolvedAt.IsZero() {
+		return time.Now().UTC().Truncate(time.Second)
+	}
+	return o.resolvedAt
 }
 
 // Source is where a value came from.
@@ -156,6 +164,7 @@ func Resolve(in Input) (Resolved, error) {
 		}
 	}
 	res := Resolved{Origin: map[string]Source{}}
+	res.Options.resolvedAt = time.Now().UTC().Truncate(time.Second)
 	var errs []error
 	for i := range Table {
 		s := &Table[i]
@@ -199,12 +208,12 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 	// The repository's own signatures protect packages fetched over http,
 	// but the key fetched next to it would not be: a plain-http mirror
 	// needs a keyring file.
-	for _, m := range []struct{ url, keyring string }{
-		{"nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring"},
-		{"nvidia_container_toolkit_repo_url", "nvidia_container_toolkit_repo_keyring"},
+	for _, m := range []struct{ url, keyring, u, k string }{
+		{"nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring", o.CUDARepoURL, o.CUDARepoKeyring},
+		{"nvidia_container_toolkit_repo_url", "nvidia_container_toolkit_repo_keyring", o.ToolkitRepoURL, o.ToolkitRepoKeyring},
 	} {
-		u, k := o.field(m.url), o.field(m.keyring)
-		if strings.HasPrefix(u, "http://") && k == "" {
+		u := m.u
+		if strings.HasPrefix(u, "http://") && m.k == "" {
 			// Name the keyring the way the user wrote the URL.
 			ks, _ := Lookup(m.keyring)
 			kname := origin[m.url].Name(ks)
@@ -261,29 +270,4 @@ func BindFlags(fs *pflag.FlagSet) func() map[string]Raw {
 		}
 		return out
 	}
-}
-
-// Keys lists the HCL keys in table order.
-func Keys() []string {
-	keys := make([]string, len(Table))
-	for i, s := range Table {
-		keys[i] = s.Key
-	}
-	return keys
-}
-
-// field returns a string option by HCL key, for checks that loop over
-// settings.
-func (o Options) field(key string) string {
-	switch key {
-	case "nvidia_cuda_repo_url":
-		return o.CUDARepoURL
-	case "nvidia_cuda_repo_keyring":
-		return o.CUDARepoKeyring
-	case "nvidia_container_toolkit_repo_url":
-		return o.ToolkitRepoURL
-	case "nvidia_container_toolkit_repo_keyring":
-		return o.ToolkitRepoKeyring
-	}
-	return ""
 }

@@ -177,11 +177,6 @@ type BakeRepo struct {
 // SourcesPath is the in-image sources file when SourcesFile is set.
 func (b BakeRepo) SourcesPath() string { return "/etc/apt/sources.list.d/local-packages.sources" }
 
-// Source is the deb822 entry for the baked repository with a keyring path.
-func (b BakeRepo) Source() AptSource {
-	return AptSource{Name: "local-packages", URI: "file://" + b.Dir, Suites: []string{"./"}, Keyring: b.Keyring}
-}
-
 // VerifyRepo runs an offline apt self-test with the baked repository as its
 // only source: update, then simulate installing Packages.
 type VerifyRepo struct {
@@ -306,7 +301,7 @@ func (p *Plan) Text() string {
 	fmt.Fprintf(&b, "targeted kernels: %s\n", strings.Join(p.Kernels, " "))
 	if p.Driver.Branch != "" {
 		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
-			p.Driver.Branch, orAny(p.Driver.Version), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
+			p.Driver.Branch, orDefault(p.Driver.Version, "newest of the branch"), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
 	}
 	if len(p.KernelPackages) > 0 {
 		fmt.Fprintf(&b, "kernel packages: %s\n", strings.Join(p.KernelPackages, " "))
@@ -321,13 +316,6 @@ func (p *Plan) Text() string {
 		}
 	}
 	return b.String()
-}
-
-func orAny(s string) string {
-	if s == "" {
-		return "newest of the branch"
-	}
-	return s
 }
 
 // expand fills {kernel} in each template for each kernel, keeping order and

@@ -50,9 +50,8 @@ type Setting struct {
 	DefaultDoc string
 	// Field is the name of the generated HCL config field.
 	Field string
-	// check validates a non-empty String or each List element. It returns
-	// a description of what is allowed, or "" when the value is fine.
-	check func(string) string
+	// check validates a non-empty String or each List element; nil: any.
+	check *checker
 	// set stores the parsed value into Options.
 	set func(o *Options, v value)
 }
@@ -87,84 +86,61 @@ var (
 	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
 )
 
-func checkDriverVersion(s string) string {
-	if driverVersionRe.MatchString(s) {
-		return ""
-	}
-	return `a driver branch such as "550" or an exact version such as "550.163.01"`
+// checker validates a non-empty String value or each List element, and
+// says what it allows, for errors, --help and the docs.
+type checker struct {
+	ok      func(string) bool
+	allowed string
 }
 
-func checkDebVersion(s string) string {
-	if debVersionRe.MatchString(s) {
-		return ""
-	}
-	return "a whole Debian package version with its revision, such as 1.17.8-1"
+func matches(re *regexp.Regexp, allowed string) checker {
+	return checker{ok: re.MatchString, allowed: allowed}
 }
 
-func checkAbsPath(s string) string {
-	if path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`") {
-		return ""
+var (
+	checkDriverVersion = matches(driverVersionRe, `a driver branch such as "550" or an exact version such as "550.163.01"`)
+	checkDebVersion    = matches(debVersionRe, "a whole Debian package version with its revision, such as 1.17.8-1")
+	checkURL           = matches(urlRe, "an https://, http:// or file:// URL")
+	checkEnvName       = matches(envNameRe, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+	checkPkgName       = matches(pkgNameRe, "Debian package names (lowercase letters, digits, + - .)")
+	checkAbsPath       = checker{
+		ok: func(s string) bool {
+			return path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`")
+		},
+		allowed: "an absolute, clean path other than / without spaces, quotes or $",
 	}
-	return "an absolute, clean path other than / without spaces, quotes or $"
-}
-
-func checkHostPath(s string) string {
-	if !strings.ContainsAny(s, "\n\x00") {
-		return ""
+	checkHostPath = checker{
+		ok:      func(s string) bool { return !strings.ContainsAny(s, "\n\x00") },
+		allowed: "a file path on the machine running the build",
 	}
-	return "a file path on the machine running the build"
-}
-
-func checkURL(s string) string {
-	if urlRe.MatchString(s) {
-		return ""
+	checkPkgTemplate = checker{
+		ok: func(s string) bool {
+			return pkgTemplateRe.MatchString(s) && !strings.ContainsAny(strings.ReplaceAll(s, "{kernel}", ""), "{}")
+		},
+		allowed: "package name templates such as linux-headers-{kernel}, whose only placeholder is {kernel}",
 	}
-	return "an https://, http:// or file:// URL"
-}
-
-func checkEnvName(s string) string {
-	if envNameRe.MatchString(s) {
-		return ""
+	checkKernels = checker{
+		ok: func(s string) bool {
+			if s == "newest" || s == "all" {
+				return true
+			}
+			for _, k := range splitList(s) {
+				if !kernelRe.MatchString(k) {
+					return false
+				}
+			}
+			return true
+		},
+		allowed: "newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64",
 	}
-	return "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
-}
-
-func checkPkgName(s string) string {
-	if pkgNameRe.MatchString(s) {
-		return ""
+	checkEpoch = checker{
+		ok: func(s string) bool {
+			n, err := strconv.ParseInt(s, 10, 64)
+			return err == nil && n >= 0
+		},
+		allowed: "a non-negative integer of seconds since 1970-01-01 UTC",
 	}
-	return "Debian package names (lowercase letters, digits, + - .)"
-}
-
-func checkPkgTemplate(s string) string {
-	if !pkgTemplateRe.MatchString(s) {
-		return "package name templates such as linux-headers-{kernel}"
-	}
-	rest := strings.ReplaceAll(s, "{kernel}", "")
-	if strings.ContainsAny(rest, "{}") {
-		return "package name templates whose only placeholder is {kernel}"
-	}
-	return ""
-}
-
-func checkKernels(s string) string {
-	if s == "newest" || s == "all" {
-		return ""
-	}
-	for _, k := range splitList(s) {
-		if !kernelRe.MatchString(k) {
-			return "newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64"
-		}
-	}
-	return ""
-}
-
-func checkEpoch(s string) string {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
-		return ""
-	}
-	return "a non-negative integer of seconds since 1970-01-01 UTC"
-}
+)
 
 // splitList splits env and flag list values on commas and whitespace.
 func splitList(s string) []string {
@@ -182,7 +158,7 @@ var Table = []Setting{
 	{Key: "nvidia_driver_version", Env: "NVIDIA_DRIVER_VERSION", Kind: String, Section: "gpu",
 		DefaultDoc: "per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570",
 		Help:       `Driver branch ("550") or exact version ("550.163.01").`,
-		check:      checkDriverVersion,
+		check:      &checkDriverVersion,
 		set:        func(o *Options, v value) { o.DriverVersion = v.s }},
 	{Key: "nvidia_kernel_modules", Env: "NVIDIA_KERNEL_MODULES", Kind: Enum, Default: "auto", Section: "gpu",
 		Allowed: []string{"auto", "open", "proprietary"},
@@ -195,12 +171,12 @@ var Table = []Setting{
 	{Key: "nvidia_cuda_repo_url", Env: "NVIDIA_CUDA_REPO_URL", Kind: String, Section: "gpu",
 		DefaultDoc: "NVIDIA's CUDA repository for the release and architecture",
 		Help:       "CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo.",
-		check:      checkURL,
+		check:      &checkURL,
 		set:        func(o *Options, v value) { o.CUDARepoURL = v.s }},
 	{Key: "nvidia_cuda_repo_keyring", Env: "NVIDIA_CUDA_REPO_KEYRING", Kind: String, Section: "gpu",
 		DefaultDoc: "NVIDIA's key, fetched over https and checked against its pinned fingerprint",
 		Help:       "OpenPGP public key file (armored or binary) on the build host that signs the CUDA repository.",
-		check:      checkHostPath,
+		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.CUDARepoKeyring = v.s }},
 
 	// Container toolkit.
@@ -210,17 +186,17 @@ var Table = []Setting{
 	{Key: "nvidia_container_toolkit_version", Env: "NVIDIA_CONTAINER_TOOLKIT_VERSION", Kind: String, Section: "toolkit",
 		DefaultDoc: "newest in the repository",
 		Help:       "Pin the toolkit packages to this version (rendered as apt name=version).",
-		check:      checkDebVersion,
+		check:      &checkDebVersion,
 		set:        func(o *Options, v value) { o.ToolkitVersion = v.s }},
 	{Key: "nvidia_container_toolkit_repo_url", Env: "NVIDIA_CONTAINER_TOOLKIT_REPO_URL", Kind: String, Section: "toolkit",
 		DefaultDoc: "NVIDIA's libnvidia-container stable repository for the architecture",
 		Help:       "Container toolkit apt repository (flat, Suites: /); a mirror for air-gapped builds.",
-		check:      checkURL,
+		check:      &checkURL,
 		set:        func(o *Options, v value) { o.ToolkitRepoURL = v.s }},
 	{Key: "nvidia_container_toolkit_repo_keyring", Env: "NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING", Kind: String, Section: "toolkit",
 		DefaultDoc: "NVIDIA's key, fetched over https and checked against its pinned fingerprint",
 		Help:       "OpenPGP public key file on the build host that signs the toolkit repository.",
-		check:      checkHostPath,
+		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.ToolkitRepoKeyring = v.s }},
 	{Key: "nvidia_hook_mode", Env: "NVIDIA_HOOK_MODE", Kind: Enum, Default: "oci-prestart", Section: "toolkit",
 		Allowed: []string{"oci-prestart", "cdi", "both"},
@@ -245,7 +221,7 @@ var Table = []Setting{
 		set:  func(o *Options, v value) { o.GateOnPCI = v.b }},
 	{Key: "kernels", Env: "PODVM_KERNELS", Kind: String, Default: "newest", Section: "gpu",
 		Help:  "Image kernels to build modules and bake packages for: newest, all, or a list of versions.",
-		check: checkKernels,
+		check: &checkKernels,
 		set:   func(o *Options, v value) { o.Kernels = v.s }},
 
 	// Local repository.
@@ -255,12 +231,12 @@ var Table = []Setting{
 		set:     func(o *Options, v value) { o.LocalRepo = v.s }},
 	{Key: "local_repo_path", Env: "LOCAL_REPO_PATH", Kind: String, Default: "/opt/local-packages", Section: "repo",
 		Help:  "Directory of the repository in the image.",
-		check: checkAbsPath,
+		check: &checkAbsPath,
 		set:   func(o *Options, v value) { o.RepoPath = v.s }},
 	{Key: "local_repo_packages", Env: "LOCAL_REPO_PACKAGES", Kind: List, Section: "repo",
 		DefaultDoc: "Debian: linux-headers-{kernel}, linux-image-{kernel}; Ubuntu: also linux-modules-{kernel}",
 		Help:       "Package name templates baked for each targeted kernel; {kernel} is the kernel version.",
-		check:      checkPkgTemplate,
+		check:      &checkPkgTemplate,
 		set:        func(o *Options, v value) { o.RepoPackages = v.list }},
 	{Key: "local_repo_closure", Env: "LOCAL_REPO_CLOSURE", Kind: Enum, Default: "full", Section: "repo",
 		Allowed: []string{"full", "none"},
@@ -268,27 +244,27 @@ var Table = []Setting{
 		set:     func(o *Options, v value) { o.RepoClosure = v.s }},
 	{Key: "local_repo_extra_packages", Env: "LOCAL_REPO_EXTRA_PACKAGES", Kind: List, Section: "repo",
 		Help:  "More packages to bake into the repository.",
-		check: checkPkgName,
+		check: &checkPkgName,
 		set:   func(o *Options, v value) { o.RepoExtraPackages = v.list }},
 	{Key: "local_repo_signing_key", Env: "LOCAL_REPO_SIGNING_KEY", Kind: String, Section: "repo",
 		DefaultDoc: "a fresh Ed25519 key per build whose private half is discarded",
 		Help:       "Armored OpenPGP private key file on the build host that signs the repository.",
-		check:      checkHostPath,
+		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.SigningKey = v.s }},
 	{Key: "local_repo_passphrase_env", Env: "LOCAL_REPO_PASSPHRASE_ENV", Kind: String, Section: "repo",
 		Help:  "Name of the environment variable that holds the signing key's passphrase.",
-		check: checkEnvName,
+		check: &checkEnvName,
 		set:   func(o *Options, v value) { o.PassphraseEnv = v.s }},
 	{Key: "local_repo_keyring", Env: "LOCAL_REPO_KEYRING", Kind: String, Default: "/usr/share/keyrings/podvm-local-packages.gpg", Section: "repo",
 		Help:  "Path in the image of the repository's public keyring (binary).",
-		check: checkAbsPath,
+		check: &checkAbsPath,
 		set:   func(o *Options, v value) { o.RepoKeyring = v.s }},
 	{Key: "local_repo_sources_file", Env: "LOCAL_REPO_SOURCES_FILE", Kind: Bool, Default: "no", Section: "repo",
 		Help: "Also enable the repository in the image's own apt sources.",
 		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
 	{Key: "output_dir", Env: "PODVM_OUTPUT_DIR", Kind: String, Default: "podvm-artifacts", Section: "repo",
 		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json.",
-		check: checkHostPath,
+		check: &checkHostPath,
 		set:   func(o *Options, v value) { o.OutputDir = v.s }},
 
 	// Build behaviour.
@@ -298,7 +274,7 @@ var Table = []Setting{
 	{Key: "source_date_epoch", Env: "SOURCE_DATE_EPOCH", Kind: String, Section: "build",
 		DefaultDoc: "now",
 		Help:       "Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds.",
-		check:      checkEpoch,
+		check:      &checkEpoch,
 		set: func(o *Options, v value) {
 			o.SourceDateEpoch = -1
 			if v.s != "" {
@@ -358,7 +334,7 @@ func (s *Setting) AllowedText() string {
 		return strings.Join(s.Allowed, "|")
 	}
 	if s.check != nil {
-		return s.check("\x00")
+		return s.check.allowed
 	}
 	return "any text"
 }
@@ -390,7 +366,7 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 			items = splitList(raw[0])
 		}
 		for _, it := range items {
-			if it == "" || (s.check != nil && s.check(it) != "") {
+			if it == "" || (s.check != nil && !s.check.ok(it)) {
 				return value{}, bad(it, s.AllowedText())
 			}
 		}
@@ -419,10 +395,8 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 	if v == "" && s.Default != "" {
 		return value{}, bad(raw[0], s.AllowedText())
 	}
-	if v != "" && s.check != nil {
-		if allowed := s.check(v); allowed != "" {
-			return value{}, bad(raw[0], allowed)
-		}
+	if v != "" && s.check != nil && !s.check.ok(v) {
+		return value{}, bad(raw[0], s.check.allowed)
 	}
 	return value{s: v}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hcldec"
@@ -218,6 +219,8 @@ func TestPrecedence(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					// The resolve time is not a setting: compare settings only.
+					r.Options.resolvedAt = time.Time{}
 					return r
 				}
 				def := run(nil, nil)
@@ -254,6 +257,25 @@ func TestBoolSpellings(t *testing.T) {
 		if r.Options.EnableGPU != want {
 			t.Errorf("%s: EnableGPU %v", v, r.Options.EnableGPU)
 		}
+	}
+}
+
+func TestTimestampStable(t *testing.T) {
+	r, err := Resolve(Input{LookupEnv: env(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Options.Timestamp()
+	time.Sleep(1100 * time.Millisecond)
+	if got := r.Options.Timestamp(); !got.Equal(first) {
+		t.Errorf("Timestamp moved from %s to %s within one build", first, got)
+	}
+	r, err = Resolve(Input{LookupEnv: env(map[string]string{"SOURCE_DATE_EPOCH": "1700000000"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Options.Timestamp(); got.Unix() != 1700000000 {
+		t.Errorf("SOURCE_DATE_EPOCH ignored: %s", got)
 	}
 }
 
