@@ -49,9 +49,44 @@ var distroSuites = map[string][]string{
 	},
 }
 
-// securitySuffix ends the suite a distro publishes security updates under
-// ("trixie-security", "noble-security").
-const securitySuffix = "-security"
+// rollingSuites name releases that move continually; they take no
+// -updates or -security suite alongside.
+var rollingSuites = []string{"sid", "unstable", "testing", "experimental", "rc-buggy"}
+
+// legacySecurity are the Debian releases before bullseye, which published
+// security updates as <release>/updates.
+var legacySecurity = []string{"squeeze", "wheezy", "jessie", "stretch", "buster"}
+
+// UpdatesSuites are the archive suites a release's apt sources list: the
+// release and, unless it is rolling, its point updates.
+func UpdatesSuites(release string) []string {
+	if slices.Contains(rollingSuites, release) {
+		return []string{release}
+	}
+	return []string{release, release + "-updates"}
+}
+
+// SecuritySuite is the suite release's security updates are published
+// under ("trixie-security", "buster/updates", "noble-security"), or ""
+// when it has none.
+func SecuritySuite(release string) string {
+	switch {
+	case release == "" || slices.Contains(rollingSuites, release):
+		return ""
+	case slices.Contains(legacySecurity, release):
+		return release + "/updates"
+	}
+	return release + "-security"
+}
+
+// securityRelease returns the release a security suite serves, in either
+// form SecuritySuite writes.
+func securityRelease(suite string) (string, bool) {
+	if rel, ok := strings.CutSuffix(suite, "-security"); ok {
+		return rel, true
+	}
+	return strings.CutSuffix(suite, "/updates")
+}
 
 // Read returns the apt sources configured under aptDir (normally Dir):
 // sources.list, then sources.list.d in name order, as apt reads them. A
@@ -103,12 +138,13 @@ func ArchiveMirror(sources []Source, distro, suite string) (uri, origin string) 
 
 // SecurityMirror picks distro's security archive from sources as
 // ArchiveMirror picks the archive, except that the source must list a
-// "<release>-security" suite of the distro; one listing suite+"-security"
+// security suite of one of the distro's releases ("<release>-security",
+// or "<release>/updates" before bullseye); one listing SecuritySuite(suite)
 // wins. suite is the release suite ("trixie"), not the security suite.
 func SecurityMirror(sources []Source, distro, suite string) (uri, origin string) {
 	known := distroSuites[distro]
-	return pick(sources, suite+securitySuffix, func(s string) bool {
-		rel, ok := strings.CutSuffix(s, securitySuffix)
+	return pick(sources, SecuritySuite(suite), func(s string) bool {
+		rel, ok := securityRelease(s)
 		return ok && slices.Contains(known, rel)
 	})
 }

@@ -68,6 +68,10 @@ func TestSecurityMirror(t *testing.T) {
 		{"security", "debian", "trixie", "http://trixie.example/debian-security", "trixie.sources"},
 		{"security", "debian", "bookworm", "http://bookworm.example/debian-security", "sources.list"},
 		{"security", "ubuntu", "noble", "http://ubuntu-security.example/ubuntu", "sources.list"},
+		// Another release's security suite still names the security archive.
+		{"plain", "debian", "trixie", "http://security.example/debian-security", "sources.list"},
+		// Before bullseye the security suite is <release>/updates.
+		{"legacy", "debian", "buster", "http://archive.example/debian-security", "sources.list"},
 		{"twosuites", "debian", "trixie", "", ""},
 		{"none", "debian", "trixie", "", ""},
 	}
@@ -78,6 +82,25 @@ func TestSecurityMirror(t *testing.T) {
 		}
 		if !strings.Contains(origin, tt.origin) || (tt.origin == "") != (origin == "") {
 			t.Errorf("%s (%s %s): origin %q lacks %q", tt.dir, tt.distro, tt.suite, origin, tt.origin)
+		}
+	}
+}
+
+func TestSuites(t *testing.T) {
+	for release, want := range map[string]string{
+		"trixie": "trixie-security", "bookworm": "bookworm-security", "stable": "stable-security",
+		"oldstable": "oldstable-security", "buster": "buster/updates", "noble": "noble-security",
+		"sid": "", "unstable": "", "testing": "", "experimental": "", "": "",
+	} {
+		if got := SecuritySuite(release); got != want {
+			t.Errorf("SecuritySuite(%q) = %q, want %q", release, got, want)
+		}
+	}
+	for release, want := range map[string]string{
+		"trixie": "trixie trixie-updates", "buster": "buster buster-updates", "sid": "sid", "testing": "testing",
+	} {
+		if got := strings.Join(UpdatesSuites(release), " "); got != want {
+			t.Errorf("UpdatesSuites(%q) = %q, want %q", release, got, want)
 		}
 	}
 }
