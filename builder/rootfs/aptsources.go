@@ -15,29 +15,9 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
-
-// hostMirror returns the first Debian archive URI in the apt configuration
-// under aptDir (normally /etc/apt), preferring one that lists suite, and a
-// description of where it was found. With none found it returns "" and
-// says that debootstrap's default applies.
-func hostMirror(aptDir, suite string) (mirror, origin string) {
-	if m, o := hostapt.ArchiveMirror(hostapt.Read(aptDir), "debian", suite); m != "" {
-		return m, o
-	}
-	return "", "debootstrap's default (no Debian archive found in " + aptDir + ")"
-}
-
-// hostSecurityMirror returns the Debian security archive in the apt
-// configuration under aptDir, preferring one that lists suite's security
-// suite, and where it was found; with none found, "" and why.
-func hostSecurityMirror(aptDir, suite string) (mirror, origin string) {
-	if m, o := hostapt.SecurityMirror(hostapt.Read(aptDir), "debian", suite); m != "" {
-		return m, o
-	}
-	return "", "no Debian security archive was found in the host's apt sources (" + aptDir + ")"
-}
 
 // Where the image's apt sources go, as the chroot sees them.
 const (
@@ -50,58 +30,21 @@ const (
 	mirrorKeyringPath = "/etc/apt/keyrings/podvm-rootfs-mirror.gpg"
 )
 
-// Suites that take no -updates or -security suite alongside.
-var rollingSuites = []string{"sid", "unstable", "testing", "experimental", "rc-buggy"}
-
-// Releases before bullseye published security updates as <suite>/updates.
-var legacySecurity = []string{"squeeze", "wheezy", "jessie", "stretch", "buster"}
-
-// updatesSuites are the suites of the image's archive stanza: the release
-// and, for a stable release, its point updates.
-func updatesSuites(suite string) []string {
-	if slices.Contains(rollingSuites, suite) {
-		return []string{suite}
-	}
-	return []string{suite, suite + "-updates"}
-}
-
-// securitySuite is the suite suite's security updates are published
-// under, or "" when it has none.
-func securitySuite(suite string) string {
-	switch {
-	case suite == "" || slices.Contains(rollingSuites, suite):
-		return ""
-	case slices.Contains(legacySecurity, suite):
-		return suite + "/updates"
-	}
-	return suite + "-security"
-}
-
-// aptSource is one deb822 stanza of the image's apt sources.
-type aptSource struct {
-	uri        string
-	suites     []string
-	components []string
-	signedBy   string
-}
-
 // renderSources writes sources in deb822 form (sources.list(5)).
-func renderSources(sources []aptSource) string {
-	var b strings.Builder
-	b.WriteString("# Written by the podvm-rootfs builder (apt_sources).\n")
+func renderSources(sources []gpustack.AptSource) string {
+	stanzas := []string{"# Written by the podvm-rootfs builder (apt_sources).\n"}
 	for _, s := range sources {
-		fmt.Fprintf(&b, "\nTypes: deb\nURIs: %s\nSuites: %s\nComponents: %s\nSigned-By: %s\n",
-			strings.TrimSuffix(s.uri, "/"), strings.Join(s.suites, " "), strings.Join(s.components, " "), s.signedBy)
+		stanzas = append(stanzas, s.Deb822())
 	}
-	return b.String()
+	return strings.Join(stanzas, "\n")
 }
 
 // imageSources lists the image's apt sources: the archive from mirror with
 // its updates, then the security suite from security, if there is one.
-func imageSources(suite, mirror, security string, components []string, signedBy string) []aptSource {
-	srcs := []aptSource{{uri: mirror, suites: updatesSuites(suite), components: components, signedBy: signedBy}}
-	if sec := securitySuite(suite); sec != "" && security != "" {
-		srcs = append(srcs, aptSource{uri: security, suites: []string{sec}, components: components, signedBy: debianKeyring})
+func imageSources(suite, mirror, security string, components []string, signedBy string) []gpustack.AptSource {
+	srcs := []gpustack.AptSource{{URI: strings.TrimSuffix(mirror, "/"), Suites: hostapt.UpdatesSuites(suite), Components: components, Keyring: signedBy}}
+	if sec := hostapt.SecuritySuite(suite); sec != "" && security != "" {
+		srcs = append(srcs, gpustack.AptSource{URI: strings.TrimSuffix(security, "/"), Suites: []string{sec}, Components: components, Keyring: debianKeyring})
 	}
 	return srcs
 }
@@ -180,11 +123,11 @@ func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
 	if err := os.Remove(filepath.Join(aptDir, "sources.list")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", oneLineSourcesPath, err)
 	}
-	ui.Say(fmt.Sprintf("Wrote %s: %s from %s (from %s)", debianSourcesPath, strings.Join(srcs[0].suites, " "), mirror, origin))
+	ui.Say(fmt.Sprintf("Wrote %s: %s from %s (from %s)", debianSourcesPath, strings.Join(srcs[0].Suites, " "), mirror, origin))
 	switch {
 	case len(srcs) > 1:
-		ui.Say(fmt.Sprintf("Security updates: %s from %s (from %s)", srcs[1].suites[0], cfg.SecurityMirror, cfg.securityOrigin))
-	case securitySuite(cfg.Suite) == "":
+		ui.Say(fmt.Sprintf("Security updates: %s from %s (from %s)", srcs[1].Suites[0], cfg.SecurityMirror, cfg.securityOrigin))
+	case hostapt.SecuritySuite(cfg.Suite) == "":
 		ui.Say(fmt.Sprintf("No security suite: %s has none", cfg.Suite))
 	default:
 		for _, w := range cfg.warnings() {

@@ -13,63 +13,6 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 )
 
-// TestHostMirror covers the builder's use of the host's apt sources; the
-// parsing and the choice of archive are tested in package hostapt.
-func TestHostMirror(t *testing.T) {
-	tests := []struct {
-		dir, suite string
-		want       string
-		origin     string
-	}{
-		{"plain", "trixie", "http://mirror.example/debian", "testdata/apt/plain/sources.list"},
-		{"none", "trixie", "", "debootstrap's default (no Debian archive found in testdata/apt/none)"},
-		{"missing-directory", "trixie", "", "debootstrap's default"},
-	}
-	for _, tt := range tests {
-		got, origin := hostMirror("testdata/apt/"+tt.dir, tt.suite)
-		if got != tt.want {
-			t.Errorf("%s (%s): mirror %q, want %q", tt.dir, tt.suite, got, tt.want)
-		}
-		if !strings.Contains(origin, tt.origin) {
-			t.Errorf("%s (%s): origin %q lacks %q", tt.dir, tt.suite, origin, tt.origin)
-		}
-	}
-}
-
-func TestHostSecurityMirror(t *testing.T) {
-	tests := []struct {
-		dir, suite string
-		want       string
-		origin     string
-	}{
-		{"plain", "bookworm", "http://security.example/debian-security", "testdata/apt/plain/sources.list"},
-		// Another release's security suite still names the security archive.
-		{"plain", "trixie", "http://security.example/debian-security", "testdata/apt/plain/sources.list"},
-		{"none", "trixie", "", "no Debian security archive was found in the host's apt sources (testdata/apt/none)"},
-	}
-	for _, tt := range tests {
-		got, origin := hostSecurityMirror("testdata/apt/"+tt.dir, tt.suite)
-		if got != tt.want {
-			t.Errorf("%s (%s): security mirror %q, want %q", tt.dir, tt.suite, got, tt.want)
-		}
-		if !strings.Contains(origin, tt.origin) {
-			t.Errorf("%s (%s): origin %q lacks %q", tt.dir, tt.suite, origin, tt.origin)
-		}
-	}
-}
-
-func TestSecuritySuite(t *testing.T) {
-	for suite, want := range map[string]string{
-		"trixie": "trixie-security", "bookworm": "bookworm-security", "stable": "stable-security",
-		"oldstable": "oldstable-security", "buster": "buster/updates",
-		"sid": "", "unstable": "", "testing": "", "experimental": "", "": "",
-	} {
-		if got := securitySuite(suite); got != want {
-			t.Errorf("securitySuite(%q) = %q, want %q", suite, got, want)
-		}
-	}
-}
-
 func TestRenderSources(t *testing.T) {
 	const header = "# Written by the podvm-rootfs builder (apt_sources).\n"
 	tests := []struct {

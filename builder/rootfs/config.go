@@ -13,11 +13,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/packer-plugin-sdk/common"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // Source types.
@@ -124,7 +127,7 @@ func realHost() host {
 		lookPath: exec.LookPath,
 		getwd:    os.Getwd,
 		getenv:   os.Getenv,
-		aptDir:   "/etc/apt",
+		aptDir:   hostapt.Dir,
 	}
 }
 
@@ -244,8 +247,13 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 		add("suite: %q is not a suite name; use lower-case letters, digits, '.' and '-', such as \"trixie\"", c.Suite)
 	}
 
+	// The host's apt sources, read at most once per Prepare.
+	hostSources := sync.OnceValue(func() []hostapt.Source { return hostapt.Read(h.aptDir) })
 	if c.Mirror == "" {
-		c.Mirror, c.mirrorOrigin = hostMirror(h.aptDir, c.Suite)
+		c.Mirror, c.mirrorOrigin = hostapt.ArchiveMirror(hostSources(), "debian", c.Suite)
+		if c.Mirror == "" {
+			c.mirrorOrigin = "debootstrap's default (no Debian archive found in " + h.aptDir + ")"
+		}
 	} else {
 		c.mirrorOrigin = "the mirror setting"
 		if err := checkMirror(c.Mirror); err != nil {
@@ -289,12 +297,12 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 	if c.Upgrade == config.TriUnset {
 		c.Upgrade = config.TriTrue
 	}
-	c.prepareSecurity(h, add)
+	c.prepareSecurity(h.aptDir, hostSources, add)
 }
 
 // prepareSecurity validates security_mirror, or finds the host's security
 // archive, for the security stanza of the image's apt sources.
-func (c *Config) prepareSecurity(h host, add func(string, ...any)) {
+func (c *Config) prepareSecurity(aptDir string, hostSources func() []hostapt.Source, add func(string, ...any)) {
 	if c.SecurityMirror != "" {
 		c.securityOrigin = "the security_mirror setting"
 		if err := checkMirror(c.SecurityMirror); err != nil {
@@ -303,22 +311,25 @@ func (c *Config) prepareSecurity(h host, add func(string, ...any)) {
 		switch {
 		case !c.AptSources.True():
 			add("security_mirror: only used with apt_sources = true; the tree keeps debootstrap's sources.list")
-		case c.Suite != "" && securitySuite(c.Suite) == "":
+		case c.Suite != "" && hostapt.SecuritySuite(c.Suite) == "":
 			add("security_mirror: suite %q has no security suite; remove security_mirror", c.Suite)
 		}
 		return
 	}
-	if !c.AptSources.True() || securitySuite(c.Suite) == "" {
+	if !c.AptSources.True() || hostapt.SecuritySuite(c.Suite) == "" {
 		return
 	}
-	c.SecurityMirror, c.securityOrigin = hostSecurityMirror(h.aptDir, c.Suite)
+	c.SecurityMirror, c.securityOrigin = hostapt.SecurityMirror(hostSources(), "debian", c.Suite)
+	if c.SecurityMirror == "" {
+		c.securityOrigin = "no Debian security archive was found in the host's apt sources (" + aptDir + ")"
+	}
 }
 
 // warnings are settings that work but that a user should know about;
 // Prepare returns them and the build log repeats them.
 func (c *Config) warnings() []string {
-	if c.SourceType == sourceDebootstrap && c.AptSources.True() && c.SecurityMirror == "" && securitySuite(c.Suite) != "" {
-		return []string{fmt.Sprintf("the image gets no security updates: %s, and security_mirror is not set, so its apt sources have no %s suite", c.securityOrigin, securitySuite(c.Suite))}
+	if c.SourceType == sourceDebootstrap && c.AptSources.True() && c.SecurityMirror == "" && hostapt.SecuritySuite(c.Suite) != "" {
+		return []string{fmt.Sprintf("the image gets no security updates: %s, and security_mirror is not set, so its apt sources have no %s suite", c.securityOrigin, hostapt.SecuritySuite(c.Suite))}
 	}
 	return nil
 }
