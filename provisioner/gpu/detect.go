@@ -39,9 +39,7 @@ func detect(ctx context.Context, r *runner) (gpustack.Target, error) {
 	if err != nil {
 		return t, fmt.Errorf("listing the image's kernels: %w", err)
 	}
-	for _, k := range strings.Fields(ks) {
-		t.Kernels = append(t.Kernels, k)
-	}
+	t.Kernels = strings.Fields(ks)
 	gpustack.SortKernels(t.Kernels)
 	if len(t.Kernels) == 0 {
 		return t, fmt.Errorf("no kernel in the image: no /usr/lib/modules/<version> with a matching /boot/vmlinuz-<version> or installed linux-image-<version>; install a kernel package before this provisioner runs")

@@ -11,6 +11,7 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
@@ -285,7 +286,7 @@ const aptPrivate = `-o Dir::Etc::SourceList="$d/none.list" -o Dir::Etc::SourcePa
 // warning from update (a bad signature is one on some apt versions) fails
 // it.
 func verifyRepoCommand(a gpustack.VerifyRepo) string {
-	src := gpustack.AptSource{Name: "local", URI: "file://" + a.Dir, Suites: []string{"./"}, Keyring: a.Keyring}.Deb822()
+	src := artifact.Sources(a.Dir, a.Keyring)
 	status := `: > "$d/status"`
 	if !a.Closure {
 		status = `cp /var/lib/dpkg/status "$d/status"`

@@ -23,7 +23,6 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
@@ -167,11 +166,8 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 func checkKeys(o gpustack.Options) []error {
 	var errs []error
 	if o.RepoEnabled() && o.SigningKey != "" {
-		s, err := aptrepo.LoadSigner(o.SigningKey, o.PassphraseEnv, o.Timestamp())
-		if err != nil {
+		if _, err := loadedFingerprint(o.SigningKey, o.PassphraseEnv, o.Timestamp()); err != nil {
 			errs = append(errs, fmt.Errorf("local_repo_signing_key: %w", err))
-		} else {
-			s.Discard()
 		}
 	}
 	if o.EnableGPU {
