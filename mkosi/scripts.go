@@ -43,7 +43,8 @@ case $kernels_setting in
 newest) kernels=${all_kernels##* } ;;
 all) kernels=$all_kernels ;;
 *)
-	for k in $(echo "$kernels_setting" | tr ',' ' '); do
+	wanted=$(echo "$kernels_setting" | tr ',' ' ')
+	for k in $wanted; do
 		case " $all_kernels " in
 		*" $k "*) ;;
 		*) die "kernels: $k is not installed in the image; installed: $all_kernels" ;;
@@ -51,7 +52,7 @@ all) kernels=$all_kernels ;;
 	done
 	kernels=
 	for k in $all_kernels; do
-		case " $(echo "$kernels_setting" | tr ',' ' ') " in *" $k "*) kernels="$kernels $k" ;; esac
+		case " $wanted " in *" $k "*) kernels="$kernels $k" ;; esac
 	done
 	kernels=${kernels# }
 	;;
