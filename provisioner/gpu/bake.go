@@ -203,8 +203,8 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		return err // did not run to its end: the deferred cleanup removes the staged files
 	}
 	staged = nil // the swap command removed them, whatever its outcome
-	if sres.status != 0 {
-		return &CommandError{Command: swap, ExitStatus: sres.status, Output: sres.tail}
+	if err := sres.check(swap); err != nil {
+		return err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s: %d packages, key %s", b.Dir, len(res.Packages), res.Fingerprint))
 	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest)

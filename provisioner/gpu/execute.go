@@ -198,10 +198,7 @@ func (e *executor) writeFile(ctx context.Context, path string, content []byte, m
 		e.r.removeStaged(staged)
 		return err
 	}
-	if res.status != 0 {
-		return &CommandError{Command: cmd, ExitStatus: res.status, Output: res.tail}
-	}
-	return nil
+	return res.check(cmd)
 }
 
 func baseName(p string) string {

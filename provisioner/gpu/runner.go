@@ -168,26 +168,31 @@ func (r *runner) exec(ctx context.Context, command string, quiet bool) (result, 
 	}
 }
 
+// check is nil for a zero exit, else the CommandError of command.
+func (res result) check(command string) error {
+	if res.status == 0 {
+		return nil
+	}
+	return &CommandError{Command: command, ExitStatus: res.status, Output: res.tail}
+}
+
 // run runs command and fails on a non-zero exit.
 func (r *runner) run(ctx context.Context, command string) (string, error) {
-	res, err := r.exec(ctx, command, false)
-	if err != nil {
-		return "", err
-	}
-	if res.status != 0 {
-		return "", &CommandError{Command: command, ExitStatus: res.status, Output: res.tail}
-	}
-	return res.stdout, nil
+	return r.mustExec(ctx, command, false)
 }
 
 // query runs a quiet command and returns its stdout.
 func (r *runner) query(ctx context.Context, command string) (string, error) {
-	res, err := r.exec(ctx, command, true)
+	return r.mustExec(ctx, command, true)
+}
+
+func (r *runner) mustExec(ctx context.Context, command string, quiet bool) (string, error) {
+	res, err := r.exec(ctx, command, quiet)
 	if err != nil {
 		return "", err
 	}
-	if res.status != 0 {
-		return "", &CommandError{Command: command, ExitStatus: res.status, Output: res.tail}
+	if err := res.check(command); err != nil {
+		return "", err
 	}
 	return res.stdout, nil
 }
