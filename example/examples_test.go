@@ -243,39 +243,28 @@ func TestGPUOperatorConfigNames(t *testing.T) {
 	}
 }
 
-// deb822 parses one deb822 paragraph into fields; continuation lines are
-// joined with newlines, " ." standing for an empty line.
+// deb822 parses one deb822 paragraph with aptrepo.ParseControl and
+// unfolds each value: continuation lines joined with newlines, " ."
+// standing for an empty line, an empty first line dropped.
 func deb822(t *testing.T, s string) map[string]string {
 	t.Helper()
+	p, err := aptrepo.ParseControl([]byte(s))
+	if err != nil {
+		t.Fatalf("sources entry: %v\n%s", err, s)
+	}
 	fields := map[string]string{}
-	var last string
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		switch {
-		case line == "":
-			t.Fatalf("sources entry has more than one paragraph:\n%s", s)
-		case line[0] == ' ' || line[0] == '\t':
-			if last == "" {
-				t.Fatalf("continuation line before any field: %q", line)
-			}
-			l := strings.TrimSpace(line)
-			if l == "." {
+	for _, f := range p {
+		lines := strings.Split(f.Value, "\n")
+		for i, l := range lines {
+			if l = strings.TrimSpace(l); i > 0 && l == "." {
 				l = ""
 			}
-			if fields[last] != "" {
-				fields[last] += "\n"
-			}
-			fields[last] += l
-		default:
-			name, value, ok := strings.Cut(line, ":")
-			if !ok {
-				t.Fatalf("not a deb822 field: %q", line)
-			}
-			if _, dup := fields[name]; dup {
-				t.Fatalf("field %s twice", name)
-			}
-			last = name
-			fields[name] = strings.TrimSpace(value)
+			lines[i] = l
 		}
+		if len(lines) > 1 && lines[0] == "" {
+			lines = lines[1:]
+		}
+		fields[f.Name] = strings.Join(lines, "\n")
 	}
 	return fields
 }
