@@ -20,7 +20,8 @@ if [ "${1:-}" = --fetch-only ]; then
 fi
 RUNS=${1:-5}
 REPO_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-CACHE=${PODVM_CACHE:-$HOME/.cache/podvm}
+# The default matches os.UserCacheDir, which BenchmarkBuildIndexOnly reads.
+CACHE=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}
 SET=$CACHE/debs/bench
 # A realistic mix: kernel image and headers, two compilers with all their
 # libraries, Go's toolchain and sources, Python. With their dependency
