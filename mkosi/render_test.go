@@ -420,3 +420,45 @@ func TestFetchedKey(t *testing.T) {
 		t.Errorf("http key URL: got %v, want it refused", err)
 	}
 }
+
+// TestPreludeKernels runs the scripts' prelude against a fake image: the
+// image's kernels in dpkg version order (a modules directory without a
+// kernel image is no kernel), narrowed by the kernels setting.
+func TestPreludeKernels(t *testing.T) {
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		t.Skip("no dpkg for --compare-versions")
+	}
+	root := t.TempDir()
+	for _, k := range []string{"6.10.0-1", "6.2.0-1", "6.1.0-1", "7.0.0-nokernel"} {
+		if err := os.MkdirAll(filepath.Join(root, "usr/lib/modules", k), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if k == "7.0.0-nokernel" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(root, "boot"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "boot", "vmlinuz-"+k), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const all = "6.1.0-1 6.2.0-1 6.10.0-1"
+	for setting, want := range map[string]string{
+		"newest":            "targeted: 6.10.0-1\n",
+		"all":               "targeted: " + all + "\n",
+		"6.10.0-1,6.1.0-1":  "targeted: 6.1.0-1 6.10.0-1\n",
+		"6.2.0-1,7.0.0-new": "kernels: 7.0.0-new is not installed in the image",
+	} {
+		script := "target_distribution=debian target_release=trixie kernels_setting=" + sq(setting) + "\n" + prelude
+		cmd := exec.Command("sh", "-euc", script)
+		cmd.Env = append(os.Environ(), "BUILDROOT="+root, "DISTRIBUTION=debian", "RELEASE=trixie")
+		out, err := cmd.CombinedOutput()
+		if !strings.Contains(string(out), want) || (err != nil) != strings.HasPrefix(want, "kernels:") {
+			t.Errorf("kernels=%s: %v\n%s\nwant %q", setting, err, out, want)
+		}
+		if err == nil && !strings.Contains(string(out), "image kernels: "+all+";") {
+			t.Errorf("kernels=%s: image kernels not in dpkg order:\n%s", setting, out)
+		}
+	}
+}
