@@ -82,6 +82,7 @@ func TestSmokeChroot(t *testing.T) {
 	}
 	defer comm.Close()
 	out := t.TempDir()
+	var inRelease []byte
 	for run := 1; run <= 2; run++ {
 		p := &Provisioner{}
 		settings["output_dir"] = out
@@ -94,6 +95,16 @@ func TestSmokeChroot(t *testing.T) {
 			t.Fatalf("run %d: %v", run, err)
 		}
 		t.Logf("run %d took %s", run, time.Since(start).Round(time.Second))
+		// The second run resolves the same .debs, so it must keep the
+		// repository as signed: a re-signed one would have a new InRelease.
+		got, err := os.ReadFile(filepath.Join(root, "opt/local-packages/InRelease"))
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if run == 2 && string(got) != string(inRelease) {
+			t.Error("the second run re-signed the repository; it should have kept it")
+		}
+		inRelease = got
 	}
 	t.Log(sh("ls -la " + root + "/opt/local-packages | head -20; ls " + root + "/opt/local-packages | wc -l; ls " + root + "/opt; ls " + out))
 }
