@@ -95,7 +95,11 @@ func (a AptSource) Deb822() string {
 	if a.Arch != "" {
 		fmt.Fprintf(&b, "Architectures: %s\n", a.Arch)
 	}
-	fmt.Fprintf(&b, "Signed-By: %s\n", a.Keyring)
+	// An entry without a keyring trusts apt's global keyrings, as the
+	// image's own archive entries may.
+	if a.Keyring != "" {
+		fmt.Fprintf(&b, "Signed-By: %s\n", a.Keyring)
+	}
 	return b.String()
 }
 

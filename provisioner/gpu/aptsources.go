@@ -3,6 +3,7 @@ package gpu
 import (
 	"bufio"
 	"fmt"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"path"
 	"slices"
 	"strings"
@@ -233,10 +234,7 @@ func componentsDeb822(archive []sourceEntry, want []string) string {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "Types: deb\nURIs: %s\nSuites: %s\nComponents: %s\n", s.uri, strings.Join(s.suites, " "), strings.Join(s.missing, " "))
-		if s.signedBy != "" {
-			fmt.Fprintf(&b, "Signed-By: %s\n", s.signedBy)
-		}
+		b.WriteString(gpustack.AptSource{URI: s.uri, Suites: s.suites, Components: s.missing, Keyring: s.signedBy}.Deb822())
 	}
 	return b.String()
 }
