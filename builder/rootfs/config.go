@@ -64,7 +64,8 @@ type Config struct {
 	Arch string `mapstructure:"arch"`
 
 	// The Debian security archive (http, https or file URL) the image's apt
-	// sources name for `<suite>-security`. Defaults to the first Debian
+	// sources name for `<suite>-security` (`<suite>/updates` before
+	// bullseye). Defaults to the first Debian
 	// security archive in the host's apt sources; with none there the build
 	// log warns that the image gets no security updates. Only with
 	// source_type `debootstrap` and `apt_sources`; unstable, testing and
@@ -74,7 +75,8 @@ type Config struct {
 	// suite alone) with /etc/apt/sources.list.d/debian.sources in deb822
 	// form: `<suite>` and `<suite>-updates` from `mirror` (the mirror
 	// debootstrap used, also when that was its own default), and
-	// `<suite>-security` from `security_mirror`, with `components`. Done on
+	// the security suite (`<suite>-security`, or `<suite>/updates` before
+	// bullseye) from `security_mirror`, with `components`. Done on
 	// every build, cached base tree or not, before provisioners run.
 	// Defaults to `true` with source_type `debootstrap`; a tarball or
 	// directory keeps its own apt sources, and setting this with them is an
