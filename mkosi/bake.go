@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
@@ -77,13 +76,9 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	}
 
 	m := spec.Manifest
-	m.Created = date.UTC().Format(time.RFC3339)
+	m.Stamp(date)
 	m.Kernels = b.Kernels
-	m.Repo = &artifact.Repo{Path: spec.Dir, Keyring: spec.Keyring, Fingerprint: res.Fingerprint}
-	for _, p := range res.Packages {
-		m.Repo.Packages = append(m.Repo.Packages, artifact.Package{
-			Name: p.Name, Version: p.Version, Arch: p.Architecture, Filename: p.Filename, Size: p.Size, SHA256: p.SHA256})
-	}
+	m.Repo = artifact.NewRepo(spec.Dir, spec.Keyring, res.Fingerprint, res.Packages)
 	if m.GPU != nil {
 		pkgs, err := installedPackages(filepath.Join(b.Root, "var/lib/dpkg/status"), spec.Installed)
 		if err != nil {

@@ -74,7 +74,7 @@ func TestBakeManifest(t *testing.T) {
 	}
 	spec := bakeSpec{Dir: "/opt/local-packages", Keyring: "/usr/share/keyrings/podvm-local-packages.gpg",
 		Installed: []string{"nvidia-open-kernel-dkms", "nvidia-removed"},
-		Manifest:  artifact.Manifest{Generator: "test", GPU: &artifact.GPU{DriverBranch: "570"}}}
+		Manifest:  artifact.Manifest{Generator: "test", Kernels: []string{"{kernel}"}, GPU: &artifact.GPU{DriverBranch: "570"}}}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +96,10 @@ func TestBakeManifest(t *testing.T) {
 	}
 	if m.Created != "2023-11-14T22:13:20Z" {
 		t.Errorf("created %q, want 2023-11-14T22:13:20Z", m.Created)
+	}
+	// The spec holds the plan's kernel template; the manifest, the image's kernels.
+	if len(m.Kernels) != 1 || m.Kernels[0] != "6.12.57+deb13-amd64" {
+		t.Errorf("kernels %q, want the image's [6.12.57+deb13-amd64]", m.Kernels)
 	}
 	if m.GPU == nil || len(m.GPU.Packages) != 1 || m.GPU.Packages[0].Name != "nvidia-open-kernel-dkms" || m.GPU.Packages[0].Version != "570.1-1" {
 		t.Errorf("gpu packages: %+v", m.GPU)

@@ -295,7 +295,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	}
 	r.bake = &a
 	r.network = true
-	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, Manifest: r.manifest()}
+	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
 	if a.SourcesFile {
 		spec.SourcesFile = a.SourcesPath()
 	}
@@ -342,29 +342,6 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	fmt.Fprintf(b, "\"$podvm_bin\" mkosi bake-repo --root \"$BUILDROOT\" --spec \"$SRCDIR\"/%s --srcdir \"$SRCDIR\" --kernels \"$kernels\" --artifacts \"$OUTPUTDIR\"/%s\n",
 		sq(specPath), sq(artifacts))
 	return nil
-}
-
-func (r *renderer) manifest() artifact.Manifest {
-	p := r.p
-	m := artifact.Manifest{
-		Generator: "packer-plugin-podvm mkosi",
-		Target:    artifact.Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
-	}
-	if p.Options.EnableGPU {
-		m.GPU = &artifact.GPU{
-			DriverBranch:   p.Driver.Branch,
-			DriverVersion:  p.Driver.Version,
-			Flavour:        string(p.Driver.Flavour),
-			Source:         string(p.Driver.Source),
-			Modules:        p.Driver.Modules,
-			Toolkit:        p.Options.Toolkit,
-			ToolkitVersion: p.Options.ToolkitVersion,
-		}
-		if p.Options.Toolkit {
-			m.GPU.HookMode = string(p.Options.HookMode)
-		}
-	}
-	return m
 }
 
 // finish writes what the steps collected: the plan's settings file, the
