@@ -256,13 +256,10 @@ func Write(dir string, s Set) ([]string, error) {
 		{KeyFile, s.ArmoredKey},
 		{ManifestFile, manifest},
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("write artifacts: %w", err)
-	}
 	var paths []string
 	for _, f := range files {
 		p := filepath.Join(dir, f.name)
-		if err := writeAtomic(p, f.data); err != nil {
+		if err := WriteFile(p, f.data); err != nil {
 			return nil, fmt.Errorf("write artifacts: %w", err)
 		}
 		paths = append(paths, p)
@@ -270,7 +267,14 @@ func Write(dir string, s Set) ([]string, error) {
 	return paths, nil
 }
 
-func writeAtomic(path string, data []byte) error {
+// WriteFile writes data to path as a root-readable 0644 file, creating the
+// directory (0755) if needed. It writes a temporary file beside path and
+// renames it, so readers see the old file or the new one, and a failure
+// leaves no temporary file behind.
+func WriteFile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err

@@ -148,3 +148,30 @@ func TestNewRepo(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// TestWriteFileLeavesNoTemp checks that a failed write removes its
+// temporary file: here the rename fails, as the target is a non-empty
+// directory.
+func TestWriteFileLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "keyring.gpg")
+	if err := os.MkdirAll(filepath.Join(target, "busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(target, []byte("x")); err == nil {
+		t.Fatal("writing over a non-empty directory: want an error")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".keyring.gpg.*")); len(left) > 0 {
+		t.Errorf("temporary file left behind: %v", left)
+	}
+	ok := filepath.Join(dir, "sub", "ok")
+	if err := WriteFile(ok, []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(ok); err != nil || string(data) != "y" {
+		t.Errorf("ok: %q %v", data, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "sub", ".ok.*")); len(left) > 0 {
+		t.Errorf("temporary file left behind after success: %v", left)
+	}
+}

@@ -65,12 +65,12 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bake-repo: %w", err)
 	}
-	if err := writeFile(filepath.Join(b.Root, filepath.FromSlash(spec.Keyring)), signer.PublicKeyring()); err != nil {
+	if err := artifact.WriteFile(filepath.Join(b.Root, filepath.FromSlash(spec.Keyring)), signer.PublicKeyring()); err != nil {
 		return nil, fmt.Errorf("bake-repo: %w", err)
 	}
 	if spec.SourcesFile != "" {
 		src := artifact.Sources(spec.Dir, spec.Keyring)
-		if err := writeFile(filepath.Join(b.Root, filepath.FromSlash(spec.SourcesFile)), []byte(src)); err != nil {
+		if err := artifact.WriteFile(filepath.Join(b.Root, filepath.FromSlash(spec.SourcesFile)), []byte(src)); err != nil {
 			return nil, fmt.Errorf("bake-repo: %w", err)
 		}
 	}
@@ -90,7 +90,7 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bake-repo: %w", err)
 	}
-	if err := writeFile(filepath.Join(dir, artifact.ManifestFile), manifest); err != nil {
+	if err := artifact.WriteFile(filepath.Join(dir, artifact.ManifestFile), manifest); err != nil {
 		return nil, fmt.Errorf("bake-repo: %w", err)
 	}
 	if b.ArtifactsDir != "" {
@@ -130,26 +130,4 @@ func installedPackages(status string, names []string) ([]artifact.Package, error
 		}
 	}
 	return out, nil
-}
-
-// writeFile replaces name with data (mode 0644) through a temporary file
-// beside it, which it removes again when any step fails, so a failed bake
-// leaves no .podvm-tmp file in the image.
-func writeFile(name string, data []byte) (err error) {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	tmp := name + ".podvm-tmp"
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
 }

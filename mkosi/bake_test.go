@@ -12,33 +12,6 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 )
 
-// TestWriteFileLeavesNoTemp checks that a failed write removes its
-// temporary file: here the rename fails, as the target is a non-empty
-// directory.
-func TestWriteFileLeavesNoTemp(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "keyring.gpg")
-	if err := os.MkdirAll(filepath.Join(target, "busy"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFile(target, []byte("x")); err == nil {
-		t.Fatal("writing over a non-empty directory: want an error")
-	}
-	if _, err := os.Lstat(target + ".podvm-tmp"); !os.IsNotExist(err) {
-		t.Errorf("temporary file left behind: %v", err)
-	}
-	ok := filepath.Join(dir, "sub", "ok")
-	if err := writeFile(ok, []byte("y")); err != nil {
-		t.Fatal(err)
-	}
-	if data, err := os.ReadFile(ok); err != nil || string(data) != "y" {
-		t.Errorf("ok: %q %v", data, err)
-	}
-	if _, err := os.Lstat(ok + ".podvm-tmp"); !os.IsNotExist(err) {
-		t.Errorf("temporary file left behind after success: %v", err)
-	}
-}
-
 // TestBakeManifest bakes a one-package repository into a fake image and
 // checks the manifest: created in RFC 3339 from SOURCE_DATE_EPOCH, the
 // installed GPU packages, the baked packages.
