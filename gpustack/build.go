@@ -101,7 +101,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	kernels, err := selectKernels(o.Kernels, t.Kernels)
 	if t.KernelsAtBuildTime {
 		kernels, err = []string{KernelPlaceholder}, nil
-		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+orDefault(o.Kernels, "newest")+")")
+		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+o.Kernels+")")
 		image, headers := r.family.kernelMeta(t.Arch)
 		p.KernelPackages = []string{image, headers}
 	}
