@@ -43,6 +43,11 @@ type family interface {
 	// that one would not keep persistence on ("" keeps the distro's).
 	persistencedUnit() string
 	fabricManager(d Driver) ([]string, error)
+	// moduleLoadConf is a file the driver packages install that makes
+	// systemd-modules-load load the driver at every boot ("" for none).
+	// Without a GPU that load fails and so does the unit, so the plan
+	// empties it: udev loads the driver by PCI alias where a GPU exists.
+	moduleLoadConf(d Driver) string
 }
 
 // releases is keyed by "<distro>-<version>"; the family files fill it.
@@ -74,6 +79,7 @@ const (
 	persistUnit    = "nvidia-persistenced.service"
 	fabricUnit     = "nvidia-fabricmanager.service"
 	nouveauConf    = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
+	nouveauHook    = "/etc/initramfs-tools/hooks/podvm-no-nouveau"
 	toolkitPackage = "nvidia-container-toolkit"
 )
 
@@ -294,6 +300,10 @@ func gpuSteps(p *Plan, r release, f family) error {
 	}
 	p.add("driver", fmt.Sprintf("Installing NVIDIA driver %s (%s) for %s", orBranch(d), d.Flavour, kernelRange(ks)),
 		Install{Packages: pkgs, NoRecommends: true})
+	if conf := f.moduleLoadConf(d); conf != "" {
+		p.add("module-autoload", "Leaving NVIDIA module loading to udev (no boot-time load without a GPU)",
+			WriteFile{Path: conf, Mode: modeFile, Owner: "root:root", Content: moduleLoadText})
+	}
 	if dkms {
 		p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
 			BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
@@ -360,6 +370,7 @@ func gpuSteps(p *Plan, r release, f family) error {
 	if o.BlacklistNouveau {
 		p.add("nouveau", "Blacklisting nouveau",
 			WriteFile{Path: nouveauConf, Mode: modeFile, Owner: "root:root", Content: nouveauBlacklist},
+			WriteFile{Path: nouveauHook, Mode: modeScript, Owner: "root:root", Content: nouveauHookText},
 			UpdateInitramfs{Kernels: ks})
 	}
 	if o.GateOnPCI && len(gpuUnits) > 0 {

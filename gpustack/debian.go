@@ -83,3 +83,13 @@ func (debian) fabricManager(d Driver) ([]string, error) {
 	}
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
 }
+
+// Debian's glx-alternative-nvidia links /etc/modules-load.d/nvidia.conf,
+// through the alternatives system, to this conffile of
+// nvidia-kernel-support; replacing its content keeps the links intact.
+func (debian) moduleLoadConf(d Driver) string {
+	if d.Source == SourceDistro {
+		return "/etc/nvidia/current/nvidia-load.conf"
+	}
+	return ""
+}

@@ -61,3 +61,24 @@ for f in /sys/bus/pci/devices/*/vendor; do
 done
 exit 1
 `
+
+// moduleLoadText replaces the driver's modules-load.d list.
+const moduleLoadText = `# Emptied by podvm-gpu. Listing the NVIDIA driver here made
+# systemd-modules-load.service fail on every VM without a GPU. Where an
+# NVIDIA GPU is present, udev loads the driver by its PCI alias, and the
+# GPU units load what they need themselves.
+`
+
+// nouveauHookText is an initramfs-tools hook: hooks run after the
+// initramfs's modules are collected, so removing nouveau here keeps it out
+// of early boot even where the blacklist would not be read in time.
+const nouveauHookText = `#!/bin/sh
+# Keeps nouveau out of the initramfs, so nothing binds an NVIDIA GPU before
+# the NVIDIA driver. Installed by podvm-gpu.
+set -e
+case "${1:-}" in prereqs) exit 0 ;; esac
+for d in "${DESTDIR}/lib/modules" "${DESTDIR}/usr/lib/modules"; do
+	[ -d "$d" ] && find "$d" -name 'nouveau.ko*' -delete
+done
+exit 0
+`

@@ -96,3 +96,6 @@ WantedBy=multi-user.target
 func (ubuntu) fabricManager(d Driver) ([]string, error) {
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
 }
+
+// Ubuntu's driver packages load nothing at boot by themselves.
+func (ubuntu) moduleLoadConf(d Driver) string { return "" }
