@@ -111,13 +111,13 @@ func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
 		if err != nil {
 			return fmt.Errorf("keyring: %w", err)
 		}
-		if err := replaceFile(root, mirrorKeyringPath, data); err != nil {
+		if err := replaceFile(root, mirrorKeyringPath, data, 0o644); err != nil {
 			return err
 		}
 		signedBy = mirrorKeyringPath
 	}
 	srcs := imageSources(cfg.Suite, mirror, cfg.SecurityMirror, cfg.Components, signedBy)
-	if err := replaceFile(root, debianSourcesPath, []byte(renderSources(srcs))); err != nil {
+	if err := replaceFile(root, debianSourcesPath, []byte(renderSources(srcs)), 0o644); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(aptDir, "sources.list")); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -137,9 +137,9 @@ func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
 	return nil
 }
 
-// replaceFile writes name (as the chroot sees it) inside root, 0644 and
+// replaceFile writes name (as the chroot sees it) inside root with mode,
 // owned by root, replacing whatever was there without following a link.
-func replaceFile(root, name string, data []byte) error {
+func replaceFile(root, name string, data []byte, mode fs.FileMode) error {
 	dir, err := chroot.ResolveIn(root, path.Dir(name))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
@@ -151,7 +151,7 @@ func replaceFile(root, name string, data []byte) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
-	if err := writeMode(p, data, 0o644); err != nil {
+	if err := writeMode(p, data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	if err := os.Lchown(p, 0, 0); err != nil {

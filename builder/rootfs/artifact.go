@@ -2,7 +2,6 @@ package rootfs
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -10,11 +9,12 @@ import (
 // BuilderID identifies artifacts of this builder to post-processors.
 const BuilderID = "podvm-gpu.rootfs"
 
-// Artifact is a root filesystem directory, and a tarball of it when
-// output_tarball is set.
+// Artifact is a root filesystem directory, a tarball of it when
+// output_tarball is set, and a bootable disk image of it with a disk format.
 type Artifact struct {
 	Dir     string
 	Tarball string
+	Image   string
 }
 
 func (a *Artifact) BuilderId() string { return BuilderID }
@@ -24,16 +24,23 @@ func (a *Artifact) Files() []string {
 	if a.Tarball != "" {
 		files = append(files, a.Tarball)
 	}
+	if a.Image != "" {
+		files = append(files, a.Image)
+	}
 	return files
 }
 
 func (a *Artifact) Id() string { return a.Dir }
 
 func (a *Artifact) String() string {
+	s := "Root filesystem in " + a.Dir
 	if a.Tarball != "" {
-		return fmt.Sprintf("Root filesystem in %s, packed into %s", a.Dir, a.Tarball)
+		s += ", packed into " + a.Tarball
 	}
-	return "Root filesystem in " + a.Dir
+	if a.Image != "" {
+		s += ", bootable disk " + a.Image
+	}
+	return s
 }
 
 func (a *Artifact) State(string) interface{} { return nil }
@@ -42,8 +49,11 @@ func (a *Artifact) State(string) interface{} { return nil }
 // mounted below it.
 func (a *Artifact) Destroy() error {
 	var errs []error
-	if a.Tarball != "" {
-		if err := os.Remove(a.Tarball); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, f := range []string{a.Tarball, a.Image} {
+		if f == "" {
+			continue
+		}
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

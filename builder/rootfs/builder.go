@@ -74,7 +74,7 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 	if _, ok := state.GetOk(multistep.StateHalted); ok {
 		return nil, errors.New("build was halted")
 	}
-	a := &Artifact{Dir: b.config.OutputDirectory, Tarball: b.config.OutputTarball}
+	a := &Artifact{Dir: b.config.OutputDirectory, Tarball: b.config.OutputTarball, Image: b.config.OutputImage}
 	ui.Say(a.String())
 	return a, nil
 }
@@ -91,9 +91,13 @@ func (b *Builder) steps() []multistep.Step {
 		&stepUpgrade{},
 		&commonsteps.StepProvision{},
 		&stepTeardown{files: files},
+		&stepHygiene{},
 	}
 	if b.config.OutputTarball != "" {
 		steps = append(steps, &stepExport{})
+	}
+	if b.config.isDisk() {
+		steps = append(steps, &stepDisk{})
 	}
 	return steps
 }

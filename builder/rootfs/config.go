@@ -101,7 +101,31 @@ type Config struct {
 	// `output-<build name>`.
 	OutputDirectory string `mapstructure:"output_directory"`
 	// Also pack the finished tree into this tarball: .tar.zst or .tar.gz.
+	// Defaults to `<output_directory>.tar.zst` with format `tar`.
 	OutputTarball string `mapstructure:"output_tarball"`
+
+	// What the build leaves: `directory` (the default) the tree in
+	// output_directory; `tar` the tree and a tarball of it (output_tarball);
+	// `raw`, `qcow2` or `vhd` the tree and a bootable disk image of it
+	// (output_image): GPT, an EFI system partition with systemd-boot and
+	// the tree's kernels, and an ext4 root found by its partition UUID.
+	// `vhd` is a fixed-size VHD with a whole number of MiB, as Azure takes.
+	// The disk is made in user space (sfdisk, mkfs.ext4 -d, mtools,
+	// qemu-img): no loop device and no mount.
+	Format string `mapstructure:"format"`
+	// The disk image to write with a disk format. Defaults to
+	// `<output_directory>.<raw|qcow2|vhd>`.
+	OutputImage string `mapstructure:"output_image"`
+	// The disk's virtual size with a disk format: `auto` (the default: the
+	// tree plus a quarter and 1 GiB, in steps of 256 MiB) or a whole
+	// number of MiB or GiB such as `3072M` or `8G`.
+	DiskSize string `mapstructure:"disk_size"`
+	// Kernel command line of the disk's boot entries, after
+	// `root=PARTUUID=<root> rw`. Defaults to a console on the screen and
+	// on the first serial port: `console=tty0 console=ttyS0,115200n8`.
+	KernelCmdline string `mapstructure:"kernel_cmdline"`
+
+	diskBytes int64
 
 	// mirrorOrigin says where Mirror came from, for the build log.
 	mirrorOrigin string
@@ -184,11 +208,17 @@ func (c *Config) hostProblems(h host) []string {
 	if c.SourceType == sourceDebootstrap {
 		tools = append(tools, "debootstrap")
 	}
+	if c.isDisk() {
+		tools = append(tools, "sfdisk", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy")
+		if c.Format != formatRaw {
+			tools = append(tools, "qemu-img")
+		}
+	}
 	for _, tool := range tools {
 		if _, err := h.lookPath(tool); err != nil {
 			hint := ""
-			if tool == "debootstrap" {
-				hint = "; install the debootstrap package"
+			if h, ok := toolPackages[tool]; ok {
+				hint = "; install the " + h + " package"
 			}
 			out = append(out, fmt.Sprintf("%s not found in PATH: the podvm-rootfs builder needs it%s", tool, hint))
 		}
@@ -230,6 +260,7 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 	}
 
 	c.prepareCache(h, add)
+	c.prepareFormat(add)
 	c.prepareOutput(h, add)
 
 	if errs != nil && len(errs.Errors) > 0 {
@@ -413,6 +444,62 @@ func (c *Config) prepareCache(h host, add func(string, ...any)) {
 	}
 }
 
+// toolPackages names the Debian package of each host tool a build may need.
+var toolPackages = map[string]string{
+	"debootstrap": "debootstrap",
+	"sfdisk":      "fdisk",
+	"mkfs.ext4":   "e2fsprogs",
+	"mkfs.vfat":   "dosfstools",
+	"mmd":         "mtools",
+	"mcopy":       "mtools",
+	"qemu-img":    "qemu-utils",
+}
+
+func (c *Config) isDisk() bool { return slices.Contains(diskFormats, c.Format) }
+
+// prepareFormat checks format and the disk settings; output names are
+// filled in by prepareOutput, which knows the output directory.
+func (c *Config) prepareFormat(add func(string, ...any)) {
+	if c.Format == "" {
+		c.Format = formatDirectory
+	}
+	if !slices.Contains(formats, c.Format) {
+		add("format: %q is not an output format; use one of %s", c.Format, quoteList(formats))
+		return
+	}
+	if !c.isDisk() {
+		for key, v := range map[string]string{"output_image": c.OutputImage, "disk_size": c.DiskSize, "kernel_cmdline": c.KernelCmdline} {
+			if v != "" {
+				add("%s: only used with format %s, not %q", key, quoteList(diskFormats), c.Format)
+			}
+		}
+		return
+	}
+	n, err := parseDiskSize(c.DiskSize)
+	if err != nil {
+		add("disk_size: %q %v", c.DiskSize, err)
+	}
+	c.diskBytes = n
+	if c.KernelCmdline == "" {
+		c.KernelCmdline = defaultCmdline
+	}
+	switch {
+	case strings.ContainsAny(c.KernelCmdline, "\n\r\x00"):
+		add("kernel_cmdline: %q spans more than one line; give the options on one line", c.KernelCmdline)
+	case hasRootOption(c.KernelCmdline):
+		add("kernel_cmdline: %q sets root=; the builder sets root=PARTUUID=<root partition> itself, remove it", c.KernelCmdline)
+	}
+}
+
+func hasRootOption(cmdline string) bool {
+	for _, f := range strings.Fields(cmdline) {
+		if strings.HasPrefix(f, "root=") {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Config) prepareOutput(h host, add func(string, ...any)) {
 	if c.OutputDirectory == "" {
 		c.OutputDirectory = "output-" + c.PackerBuildName
@@ -441,6 +528,12 @@ func (c *Config) prepareOutput(h host, add func(string, ...any)) {
 	if within(c.CacheDir, out) || within(out, c.CacheDir) {
 		add("output_directory: %q overlaps cache_dir %q; they must be separate", out, c.CacheDir)
 	}
+	if c.isDisk() {
+		c.prepareImage(out, add)
+	}
+	if c.Format == formatTar && c.OutputTarball == "" {
+		c.OutputTarball = out + ".tar.zst"
+	}
 	if c.OutputTarball == "" {
 		return
 	}
@@ -458,6 +551,27 @@ func (c *Config) prepareOutput(h host, add func(string, ...any)) {
 	}
 	if fi, err := os.Stat(tb); err == nil && fi.IsDir() {
 		add("output_tarball: %q is a directory; give a file name", tb)
+	}
+}
+
+func (c *Config) prepareImage(out string, add func(string, ...any)) {
+	if c.OutputImage == "" {
+		c.OutputImage = out + "." + c.Format
+	}
+	img, err := filepath.Abs(c.OutputImage)
+	if err != nil {
+		add("output_image: %q: %v", c.OutputImage, err)
+		return
+	}
+	c.OutputImage = img
+	if within(img, out) {
+		add("output_image: %q is inside output_directory %q; it would be packed into itself", img, out)
+	}
+	if fi, err := os.Stat(img); err == nil && fi.IsDir() {
+		add("output_image: %q is a directory; give a file name", img)
+	}
+	if fi, err := os.Stat(filepath.Dir(img)); err == nil && !fi.IsDir() {
+		add("output_image: %q: %q is not a directory", img, filepath.Dir(img))
 	}
 }
 

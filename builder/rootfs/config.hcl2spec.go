@@ -34,6 +34,10 @@ type FlatConfig struct {
 	SkipCache           *bool             `mapstructure:"skip_cache" cty:"skip_cache" hcl:"skip_cache"`
 	OutputDirectory     *string           `mapstructure:"output_directory" cty:"output_directory" hcl:"output_directory"`
 	OutputTarball       *string           `mapstructure:"output_tarball" cty:"output_tarball" hcl:"output_tarball"`
+	Format              *string           `mapstructure:"format" cty:"format" hcl:"format"`
+	OutputImage         *string           `mapstructure:"output_image" cty:"output_image" hcl:"output_image"`
+	DiskSize            *string           `mapstructure:"disk_size" cty:"disk_size" hcl:"disk_size"`
+	KernelCmdline       *string           `mapstructure:"kernel_cmdline" cty:"kernel_cmdline" hcl:"kernel_cmdline"`
 }
 
 // FlatMapstructure returns a new FlatConfig.
@@ -72,6 +76,10 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"skip_cache":                 &hcldec.AttrSpec{Name: "skip_cache", Type: cty.Bool, Required: false},
 		"output_directory":           &hcldec.AttrSpec{Name: "output_directory", Type: cty.String, Required: false},
 		"output_tarball":             &hcldec.AttrSpec{Name: "output_tarball", Type: cty.String, Required: false},
+		"format":                     &hcldec.AttrSpec{Name: "format", Type: cty.String, Required: false},
+		"output_image":               &hcldec.AttrSpec{Name: "output_image", Type: cty.String, Required: false},
+		"disk_size":                  &hcldec.AttrSpec{Name: "disk_size", Type: cty.String, Required: false},
+		"kernel_cmdline":             &hcldec.AttrSpec{Name: "kernel_cmdline", Type: cty.String, Required: false},
 	}
 	return s
 }

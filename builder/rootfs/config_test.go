@@ -96,6 +96,46 @@ func TestPrepareDefaults(t *testing.T) {
 	}
 }
 
+func TestPrepareFormatDefaults(t *testing.T) {
+	tests := []struct {
+		format, image, tarball, cmdline string
+		tools                           []string
+	}{
+		{"", "", "", "", nil},
+		{"tar", "", "/work/tpl/output-base.tar.zst", "", nil},
+		{"raw", "/work/tpl/output-base.raw", "", defaultCmdline, []string{"sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy"}},
+		{"qcow2", "/work/tpl/output-base.qcow2", "", defaultCmdline, []string{"sfdisk", "qemu-img"}},
+		{"vhd", "/work/tpl/output-base.vhd", "", defaultCmdline, []string{"qemu-img"}},
+	}
+	for _, tt := range tests {
+		t.Run("format "+tt.format, func(t *testing.T) {
+			h := fakeHost()
+			raw := map[string]interface{}{"suite": "trixie", "packer_build_name": "base", "output_directory": "/work/tpl/output-base"}
+			if tt.format != "" {
+				raw["format"] = tt.format
+			}
+			c, err := prepare(t, h, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.OutputImage != tt.image || c.OutputTarball != tt.tarball || c.KernelCmdline != tt.cmdline {
+				t.Errorf("output_image %q, output_tarball %q, kernel_cmdline %q; want %q, %q, %q", c.OutputImage, c.OutputTarball, c.KernelCmdline, tt.image, tt.tarball, tt.cmdline)
+			}
+			// Each tool the format needs is named when the host lacks it.
+			h.lookPath = func(name string) (string, error) { return "", errors.New("not found") }
+			problems := strings.Join(c.hostProblems(h), "\n")
+			for _, tool := range tt.tools {
+				if !strings.Contains(problems, tool+" not found in PATH") {
+					t.Errorf("host problems lack %s:\n%s", tool, problems)
+				}
+			}
+			if tt.format == "" && strings.Contains(problems, "sfdisk") {
+				t.Errorf("a directory build asks for disk tools:\n%s", problems)
+			}
+		})
+	}
+}
+
 func TestPrepareAptDefaults(t *testing.T) {
 	dir := t.TempDir()
 	tree := filepath.Join(dir, "tree")
@@ -211,6 +251,22 @@ func TestPrepareRejectsBadInput(t *testing.T) {
 			[]string{`mirror: "http://[::1" is not a URL`}},
 		{"file mirror without path", map[string]interface{}{"suite": "trixie", "mirror": "file://"},
 			[]string{`mirror: "file://" has no path`}},
+		{"format", map[string]interface{}{"suite": "trixie", "format": "vmdk"},
+			[]string{`format: "vmdk" is not an output format`, `"directory", "tar", "raw", "qcow2" or "vhd"`}},
+		{"disk size unit", map[string]interface{}{"suite": "trixie", "format": "qcow2", "disk_size": "4GB"},
+			[]string{`disk_size: "4GB" is not a size`, `"3072M" or "4G"`}},
+		{"disk size zero", map[string]interface{}{"suite": "trixie", "format": "raw", "disk_size": "0G"},
+			[]string{`disk_size: "0G" is not a size`}},
+		{"disk setting without a disk", map[string]interface{}{"suite": "trixie", "disk_size": "4G"},
+			[]string{`disk_size: only used with format "raw", "qcow2" or "vhd", not "directory"`}},
+		{"root in kernel_cmdline", map[string]interface{}{"suite": "trixie", "format": "qcow2", "kernel_cmdline": "quiet root=/dev/sda2"},
+			[]string{`kernel_cmdline: "quiet root=/dev/sda2" sets root=`}},
+		{"kernel_cmdline lines", map[string]interface{}{"suite": "trixie", "format": "qcow2", "kernel_cmdline": "quiet\nsplash"},
+			[]string{`kernel_cmdline: "quiet\nsplash" spans more than one line`}},
+		{"image inside output", map[string]interface{}{"suite": "trixie", "format": "raw", "output_directory": out, "output_image": out + "/disk.raw"},
+			[]string{`output_image: "` + out + `/disk.raw" is inside output_directory`}},
+		{"image is a directory", map[string]interface{}{"suite": "trixie", "format": "raw", "output_directory": out, "output_image": tree},
+			[]string{`output_image: "` + tree + `" is a directory`}},
 		{"variant", map[string]interface{}{"suite": "trixie", "variant": "fakechroot"},
 			[]string{`variant: "fakechroot" is not a debootstrap variant`, `"minbase" or "buildd"`}},
 		{"component", map[string]interface{}{"suite": "trixie", "components": []string{"main", "Non Free"}},

@@ -60,9 +60,12 @@ func (s *stepOutputDir) Run(_ context.Context, state multistep.StateBag) multist
 	sess := state.Get("session").(*session)
 	dir := cfg.OutputDirectory
 
-	if cfg.OutputTarball != "" {
-		if _, err := os.Stat(cfg.OutputTarball); err == nil && !cfg.PackerForce {
-			return halt(state, fmt.Errorf("output_tarball %s already exists; remove it or run packer build -force", cfg.OutputTarball))
+	for key, f := range map[string]string{"output_tarball": cfg.OutputTarball, "output_image": cfg.OutputImage} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err == nil && !cfg.PackerForce {
+			return halt(state, fmt.Errorf("%s %s already exists; remove it or run packer build -force", key, f))
 		}
 	}
 

@@ -95,3 +95,17 @@ func isStatic(p string) bool {
 	}
 	return true
 }
+
+// RequireTools skips the test when a host tool is missing from PATH; with
+// PODVM_REQUIRE_ROOT=1 it fails instead, naming the tool.
+func RequireTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if mustRun() {
+				t.Fatalf("%s not found in PATH, and PODVM_REQUIRE_ROOT=1 says this test must run (make deps installs it)", tool)
+			}
+			t.Skipf("%s not found in PATH", tool)
+		}
+	}
+}

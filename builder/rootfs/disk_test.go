@@ -1,0 +1,211 @@
+package rootfs
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+)
+
+func TestParseDiskSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"", 0, true}, {"auto", 0, true}, {"4G", 4 * gib, true}, {"3072M", 3072 * mib, true},
+		{"0G", 0, false}, {"4GB", 0, false}, {"4g", 0, false}, {"-1G", 0, false}, {"1.5G", 0, false},
+		{"99999999999999999999G", 0, false}, {"1048577G", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseDiskSize(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseDiskSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	ordered := []string{"5.10.0-30-amd64", "6.1.0-9-amd64", "6.1.0-10-amd64", "6.12.9+deb13-amd64", "6.12.117+deb13-amd64", "6.12.118+deb13-amd64"}
+	for i := range ordered {
+		for j := range ordered {
+			got := compareVersions(ordered[i], ordered[j])
+			if (i < j && got >= 0) || (i > j && got <= 0) || (i == j && got != 0) {
+				t.Errorf("compareVersions(%q, %q) = %d", ordered[i], ordered[j], got)
+			}
+		}
+	}
+}
+
+func TestNewLayout(t *testing.T) {
+	l, err := newLayout(0, 600*mib, "amd64", "11111111-2222-4333-8444-555555555555")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Size%(256*mib) != 0 || l.Size < 600*mib+600*mib/4+gib+espSize {
+		t.Errorf("auto size %d MiB does not fit 600 MiB with room", l.Size/mib)
+	}
+	if l.ESPStart != mib || l.RootStart != mib+espSize || l.RootStart+l.RootSize != l.Size-mib {
+		t.Errorf("layout %+v: partitions not MiB aligned or overlapping the GPTs", l)
+	}
+	if l, err := newLayout(4*gib+1, 0, "amd64", "u"); err != nil || l.Size != 4*gib+mib {
+		t.Errorf("explicit size rounds up to a MiB: %d, %v", l.Size, err)
+	}
+	if _, err := newLayout(1*gib, 2*gib, "amd64", "u"); err == nil || !strings.Contains(err.Error(), "disk_size 1024M is too small") {
+		t.Errorf("too small: %v", err)
+	}
+	if _, err := newLayout(0, 0, "s390x", "u"); err == nil {
+		t.Error("unknown architecture accepted")
+	}
+}
+
+func TestFindBootKernels(t *testing.T) {
+	tree := func(files ...string) string {
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, "boot"), 0o755)
+		for _, f := range files {
+			os.WriteFile(filepath.Join(root, "boot", f), []byte("x"), 0o644)
+		}
+		return root
+	}
+	ks, err := findBootKernels(tree("vmlinuz-6.12.10-amd64", "initrd.img-6.12.10-amd64", "vmlinuz-6.12.9-amd64", "initrd.img-6.12.9-amd64"))
+	if err != nil || len(ks) != 2 || ks[1].Version != "6.12.10-amd64" || ks[0].Initrd != "boot/initrd.img-6.12.9-amd64" {
+		t.Errorf("two kernels, newest last: %+v, %v", ks, err)
+	}
+	for name, files := range map[string][]string{
+		"no kernel in /boot":      nil,
+		"has no initramfs":        {"vmlinuz-6.12.10-amd64"},
+		"is not a kernel version": {"vmlinuz-6.1$(touch${IFS}x)", "initrd.img-6.1$(touch${IFS}x)"},
+	} {
+		if _, err := findBootKernels(tree(files...)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v: error %v, want %q", files, err, name)
+		}
+	}
+}
+
+// TestBuildDisk writes a disk from a small tree with the real tools and
+// reads it back: the GPT, the ESP's boot loader and entries, and the root
+// file system's files, owners and fstab.
+func TestBuildDisk(t *testing.T) {
+	chroottest.RequireRoot(t)
+	chroottest.RequireTools(t, "sfdisk", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "mtype", "debugfs", "qemu-img")
+	root := t.TempDir()
+	for p, content := range map[string]string{
+		"boot/vmlinuz-6.12.9-amd64":                    "old kernel",
+		"boot/initrd.img-6.12.9-amd64":                 "old initrd",
+		"boot/vmlinuz-6.12.10-amd64":                   "new kernel",
+		"boot/initrd.img-6.12.10-amd64":                "new initrd",
+		"usr/lib/systemd/boot/efi/systemd-bootx64.efi": "the image's systemd-boot",
+		"etc/os-release":                               "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\n",
+		"etc/fstab":                                    "# UNCONFIGURED FSTAB\n",
+		"opt/local-packages/Release":                   "Origin: test\n",
+	} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, p), []byte(content), 0o644))
+	}
+	must(t, os.Chown(filepath.Join(root, "opt/local-packages/Release"), 0, 0))
+	out := filepath.Join(t.TempDir(), "disk.qcow2")
+	var said []string
+	res, err := buildDisk(context.Background(), diskBuild{Root: root, Arch: "amd64", Format: formatQcow2, Size: 2 * gib,
+		Cmdline: defaultCmdline, Output: out, HostBootloaderDir: "/nonexistent", Say: func(s string) { said = append(said, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bootloader != filepath.Join(root, "usr/lib/systemd/boot/efi/systemd-bootx64.efi") {
+		t.Errorf("boot loader %s: the image's own comes first", res.Bootloader)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".podvm-disk-*")); len(left) > 0 {
+		t.Errorf("work files left: %v", left)
+	}
+
+	raw := filepath.Join(t.TempDir(), "disk.raw")
+	run(t, "qemu-img", "convert", "-O", "raw", out, raw)
+	var table struct {
+		PartitionTable struct {
+			Label      string
+			Partitions []struct {
+				Start, Size int64
+				Type, UUID  string
+			}
+		}
+	}
+	must(t, json.Unmarshal([]byte(run(t, "sfdisk", "--json", raw)), &table))
+	pt := table.PartitionTable
+	if pt.Label != "gpt" || len(pt.Partitions) != 2 || pt.Partitions[0].Type != espType || pt.Partitions[1].Type != rootTypes["amd64"] ||
+		!strings.EqualFold(pt.Partitions[1].UUID, res.Layout.PartUUID) || pt.Partitions[0].Start != 2048 {
+		t.Fatalf("partition table %+v, want GPT with ESP at 1 MiB and root %s", pt, res.Layout.PartUUID)
+	}
+
+	esp := raw + "@@" + itoa(res.Layout.ESPStart)
+	mtype := func(p string) string {
+		cmd := exec.Command("mtype", "-i", esp, "::"+p)
+		cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mtype %s: %v\n%s", p, err, b)
+		}
+		return string(b)
+	}
+	if got := mtype("/EFI/BOOT/BOOTX64.EFI"); got != "the image's systemd-boot" {
+		t.Errorf("BOOTX64.EFI %q", got)
+	}
+	if got := mtype("/loader/loader.conf"); !strings.Contains(got, "default podvm-6.12.10-amd64.conf") || !strings.Contains(got, "editor no") {
+		t.Errorf("loader.conf boots the newest kernel without an editor:\n%s", got)
+	}
+	entry := mtype("/loader/entries/podvm-6.12.9-amd64.conf")
+	for _, want := range []string{"title Debian GNU/Linux 13 (trixie)", "linux /podvm/6.12.9-amd64/vmlinuz", "initrd /podvm/6.12.9-amd64/initrd.img",
+		"options root=PARTUUID=" + res.Layout.PartUUID + " rw console=tty0 console=ttyS0,115200n8"} {
+		if !strings.Contains(entry, want) {
+			t.Errorf("entry lacks %q:\n%s", want, entry)
+		}
+	}
+	if got := mtype("/podvm/6.12.10-amd64/initrd.img"); got != "new initrd" {
+		t.Errorf("initrd %q", got)
+	}
+
+	rootfs := filepath.Join(t.TempDir(), "root.ext4")
+	f, err := os.Create(rootfs)
+	must(t, err)
+	src, err := os.Open(raw)
+	must(t, err)
+	_, err = src.Seek(res.Layout.RootStart, 0)
+	must(t, err)
+	_, err = f.ReadFrom(io.LimitReader(src, res.Layout.RootSize))
+	must(t, err)
+	f.Close()
+	src.Close()
+	if got := run(t, "debugfs", "-R", "cat /etc/fstab", rootfs); !strings.Contains(got, "PARTUUID="+res.Layout.PartUUID+" / ext4") {
+		t.Errorf("fstab in the disk:\n%s", got)
+	}
+	if got := run(t, "debugfs", "-R", "stat /opt/local-packages/Release", rootfs); !strings.Contains(got, "User:     0   Group:     0") {
+		t.Errorf("owner not kept:\n%s", got)
+	}
+	if got := run(t, "dumpe2fs", "-h", rootfs); !strings.Contains(got, "Filesystem volume name:   "+rootLabel) {
+		t.Errorf("label:\n%s", got)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	b, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	return string(b)
+}

@@ -1,0 +1,97 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// What an image must not carry, as cloud images have it: every VM made
+// from it gets its own machine ID and SSH host keys at first boot, and
+// package lists and downloaded packages are stale, useless weight.
+var (
+	// hygieneGlobs are removed outright.
+	hygieneGlobs = []string{
+		"etc/ssh/ssh_host_*",
+		"var/lib/apt/lists/*",
+		"var/lib/apt/lists/partial/*",
+		"var/cache/apt/*.bin",
+		"var/cache/apt/archives/*.deb",
+		"var/cache/apt/archives/partial/*",
+	}
+	// hygieneKeep are entries the globs match that apt needs to exist.
+	hygieneKeep = map[string]bool{
+		"var/lib/apt/lists/partial":     true,
+		"var/lib/apt/lists/lock":        true,
+		"var/cache/apt/archives/lock":   true,
+		"var/cache/apt/archives/partial": true,
+	}
+)
+
+// scrubImage makes the tree clean in the sense of hygieneProblems: an
+// empty /etc/machine-id (systemd makes a new one at first boot and runs
+// its first-boot units), no dbus copy of the ID, no SSH host keys, no apt
+// lists or package cache.
+func scrubImage(root string) error {
+	if err := replaceFile(root, "/etc/machine-id", nil, 0o444); err != nil {
+		return err
+	}
+	dbus := filepath.Join(root, "var/lib/dbus/machine-id")
+	if fi, err := os.Lstat(dbus); err == nil && fi.Mode().IsRegular() {
+		if err := os.Remove(dbus); err != nil {
+			return fmt.Errorf("remove /var/lib/dbus/machine-id: %w", err)
+		}
+	}
+	for _, g := range hygieneGlobs {
+		matches, err := filepath.Glob(filepath.Join(root, g))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			rel, _ := filepath.Rel(root, m)
+			if hygieneKeep[rel] {
+				continue
+			}
+			if err := os.RemoveAll(m); err != nil {
+				return fmt.Errorf("remove /%s: %w", rel, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hygieneProblems lists what the tree carries that no image may.
+func hygieneProblems(root string) []string {
+	var out []string
+	fi, err := os.Lstat(filepath.Join(root, "etc/machine-id"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		out = append(out, "/etc/machine-id: "+err.Error())
+	case !fi.Mode().IsRegular():
+		out = append(out, "/etc/machine-id is not a regular file")
+	case fi.Size() != 0:
+		out = append(out, "/etc/machine-id is not empty: every VM from this image would share one machine ID")
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "var/lib/dbus/machine-id")); err == nil && fi.Mode().IsRegular() {
+		out = append(out, "/var/lib/dbus/machine-id is a file of its own: every VM would share it")
+	}
+	for _, g := range hygieneGlobs {
+		matches, _ := filepath.Glob(filepath.Join(root, g))
+		for _, m := range matches {
+			rel, _ := filepath.Rel(root, m)
+			if hygieneKeep[rel] {
+				continue
+			}
+			what := "apt package lists or cache"
+			if strings.HasPrefix(rel, "etc/ssh/") {
+				what = "an SSH host key: every VM would share it"
+			}
+			out = append(out, fmt.Sprintf("/%s: %s", rel, what))
+		}
+	}
+	return out
+}
