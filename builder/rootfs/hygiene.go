@@ -24,9 +24,9 @@ var (
 	}
 	// hygieneKeep are entries the globs match that apt needs to exist.
 	hygieneKeep = map[string]bool{
-		"var/lib/apt/lists/partial":     true,
-		"var/lib/apt/lists/lock":        true,
-		"var/cache/apt/archives/lock":   true,
+		"var/lib/apt/lists/partial":      true,
+		"var/lib/apt/lists/lock":         true,
+		"var/cache/apt/archives/lock":    true,
 		"var/cache/apt/archives/partial": true,
 	}
 )
