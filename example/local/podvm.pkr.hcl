@@ -5,6 +5,9 @@
 #   sudo make image                          (from the repository root)
 #   sudo make image ENABLE_NVIDIA_GPU=no     the same image without NVIDIA
 #
+# It leaves the tree in output-podvm, a bootable disk output-podvm.qcow2
+# and the host artefacts in output-podvm-artifacts.
+#
 # Every podvm-gpu setting not written below comes from the environment
 # (ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...): `packer-plugin-podvm
 # options` lists them.
@@ -56,6 +59,18 @@ variable "output_tarball" {
   default = ""
 }
 
+variable "format" {
+  type        = string
+  default     = "qcow2"
+  description = "qcow2, raw or vhd: a bootable disk of the tree; directory or tar: the tree only."
+}
+
+variable "output_image" {
+  type        = string
+  default     = ""
+  description = "The disk image; empty for <output_directory>.<format>."
+}
+
 source "podvm-rootfs" "debian" {
   suite      = var.suite
   mirror     = var.mirror
@@ -68,17 +83,22 @@ source "podvm-rootfs" "debian" {
   include          = ["ca-certificates", "systemd-sysv", "kmod"]
   output_directory = var.output_directory
   output_tarball   = var.output_tarball
+  # A disk that boots under UEFI with a serial console, as QEMU, libvirt
+  # and cloud-api-adaptor's libvirt provider take it (docs/booting.md).
+  format       = var.format
+  output_image = var.output_image
 }
 
 build {
   sources = ["source.podvm-rootfs.debian"]
 
   # The image's own kernel, exactly one and current: the driver is built for
-  # it, not for the host's.
+  # it, not for the host's. systemd-boot-efi gives the disk the image's own
+  # boot loader.
   provisioner "shell" {
     environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
     inline = [
-      "apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools",
+      "apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools systemd-boot-efi",
     ]
   }
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/ProtonMail/go-crypto/openpgp"
-	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
@@ -63,6 +62,12 @@ func TestImageE2E(t *testing.T) {
 
 	rootfs, arts := buildWithPacker(t, env, root, settings)
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
+	t.Run("packer boot", func(t *testing.T) {
+		disk := rootfs + ".qcow2"
+		logDisk(t, disk)
+		spec := imageSpec(t, rootfs, arts)
+		assertBoot(t, bootCheck(t, disk, spec), spec)
+	})
 
 	image, mkArts := buildWithMkosi(t, env, root, cache, settings)
 	t.Run("mkosi", func(t *testing.T) { checkGPUImage(t, env, image, mkArts) })
@@ -396,16 +401,7 @@ func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver stri
 		r.dump(t)
 		t.Fatalf("build the stand-in driver container: %v", r.err)
 	}
-	var cm struct {
-		Data map[string]string `yaml:"data"`
-	}
-	b, err := os.ReadFile(filepath.Join(arts, artifact.ConfigMapFile))
-	must(t, err)
-	must(t, yaml.Unmarshal(b, &cm))
-	sources := cm.Data[artifact.SourcesFile]
-	if sources == "" {
-		t.Fatalf("ConfigMap has no %s", artifact.SourcesFile)
-	}
+	sources := configMapSources(t, arts)
 	// The ConfigMap's entry is the only source, as in the driver container.
 	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list")))
 	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list.d")))

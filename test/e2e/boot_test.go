@@ -1,0 +1,311 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+)
+
+// OVMF from Debian's ovmf package: plain UEFI, no Secure Boot.
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// bootUnit runs the check script that comes with it as a credential. It
+// and the drop-in that pulls it into the boot reach the guest as SMBIOS
+// type 11 credentials (systemd 256 and later), so the disk under test is
+// booted exactly as built.
+const bootUnit = `[Unit]
+Description=podvm boot check (a test credential, not part of the image)
+After=multi-user.target
+
+[Service]
+Type=simple
+ImportCredential=podvm.*
+ExecStart=/bin/sh %d/podvm.bootcheck
+`
+
+// bootChecks are what bootcheck.sh reports for a GPU image, besides one
+// unit:<name> check per GPU unit.
+var bootChecks = []string{"boot", "offline", "module", "nouveau", "repo-update", "repo-headers", "repo-image"}
+
+// bootResult is what one boot reported.
+type bootResult struct {
+	Accel  string
+	Checks map[string]string // name -> "ok ..." or "FAIL ..."
+	Log    []string
+	Time   string // systemd-analyze's line
+	Took   time.Duration
+}
+
+// guestSpec says what the check script looks for in a GPU image.
+type guestSpec struct {
+	Module   string   // the NVIDIA module's name, "" for none
+	GPUUnits []string // units gated on an NVIDIA PCI device
+	Sources  string   // the ConfigMap's sources entry
+}
+
+// bootCheck boots disk (copy-on-write: the disk is not changed) under
+// QEMU with OVMF, no network device and no GPU, runs bootcheck.sh in the
+// guest and returns its report. KVM is tried first; where it cannot run the
+// guest kernel the boot is repeated under TCG, and the log says which ran.
+func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
+	t.Helper()
+	for _, f := range []string{ovmfCode, ovmfVars} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s: %v (install the ovmf package)", f, err)
+		}
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Fatal("qemu-system-x86_64 not found: install qemu-system-x86")
+	}
+	script, err := os.ReadFile(filepath.Join(builderRepoRoot(t), "test/e2e/testdata/bootcheck.sh"))
+	must(t, err)
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\n", spec.Module, strings.Join(spec.GPUUnits, " "))
+	creds := map[string]string{
+		"systemd.extra-unit.podvm-bootcheck.service":         bootUnit,
+		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
+		"podvm.bootcheck":                                    string(script),
+		"podvm.bootcheck.env":                                env,
+		"podvm.sources":                                      spec.Sources,
+	}
+	work := t.TempDir()
+	var smbios []string
+	names := make([]string, 0, len(creds))
+	for n := range creds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		p := filepath.Join(work, fmt.Sprintf("cred%d", i))
+		must(t, os.WriteFile(p, []byte("io.systemd.credential.binary:"+n+"="+base64.StdEncoding.EncodeToString([]byte(creds[n]))), 0o600))
+		smbios = append(smbios, "-smbios", "type=11,path="+p)
+	}
+
+	accels := []string{"tcg"}
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		accels = []string{"kvm", "tcg"}
+	}
+	for _, accel := range accels {
+		res, retry := bootOnce(t, work, disk, accel, smbios)
+		if !retry {
+			return res
+		}
+		t.Logf("KVM cannot run this guest here (KVM internal error); booting again under TCG")
+	}
+	t.Fatal("unreachable")
+	return bootResult{}
+}
+
+// bootOnce runs one VM to its power-off. retry is true when KVM failed in
+// a way TCG may not.
+func bootOnce(t *testing.T, work, disk, accel string, smbios []string) (res bootResult, retry bool) {
+	t.Helper()
+	res = bootResult{Accel: accel, Checks: map[string]string{}}
+	vars := filepath.Join(work, "OVMF_VARS.fd")
+	data, err := os.ReadFile(ovmfVars)
+	must(t, err)
+	must(t, os.WriteFile(vars, data, 0o600))
+	console, results := filepath.Join(work, accel+"-console.log"), filepath.Join(work, accel+"-results.log")
+	args := []string{"-machine", "q35", "-m", "2048", "-smp", "2", "-nographic", "-nic", "none",
+		"-drive", "if=pflash,format=raw,readonly=on,file=" + ovmfCode,
+		"-drive", "if=pflash,format=raw,file=" + vars,
+		"-drive", "file=" + disk + ",format=qcow2,if=virtio,snapshot=on",
+		"-serial", "file:" + console, "-serial", "file:" + results,
+		"-monitor", "none", "-display", "none"}
+	if accel == "kvm" {
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-accel", "tcg,thread=multi", "-cpu", "max")
+	}
+	args = append(args, smbios...)
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.After(12 * time.Minute)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			if accel == "kvm" && strings.Contains(stderr.String(), "KVM internal error") {
+				cmd.Process.Kill()
+				<-done
+				return res, true
+			}
+		case <-deadline:
+			cmd.Process.Kill()
+			<-done
+			t.Logf("console (last lines):\n%s", tail(readFile(console), 60))
+			t.Fatalf("the %s VM did not power off within 12 minutes; results so far:\n%s", accel, readFile(results))
+		}
+	}
+	res.Took = time.Since(start)
+	if err != nil {
+		t.Logf("console (last lines):\n%s", tail(readFile(console), 60))
+		t.Fatalf("qemu (%s): %v\n%s", accel, err, stderr.String())
+	}
+	out := readFile(results)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	end := false
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		switch {
+		case strings.HasPrefix(line, "PODVM-CHECK-END"):
+			end = true
+		case strings.HasPrefix(line, "PODVM-CHECK "):
+			name, verdict, _ := strings.Cut(strings.TrimPrefix(line, "PODVM-CHECK "), " ")
+			res.Checks[name] = verdict
+		case strings.HasPrefix(line, "PODVM-TIME "):
+			res.Time = strings.TrimPrefix(line, "PODVM-TIME ")
+		case strings.HasPrefix(line, "PODVM-LOG "):
+			res.Log = append(res.Log, strings.TrimPrefix(line, "PODVM-LOG "))
+		}
+	}
+	if !end {
+		t.Logf("console (last lines):\n%s", tail(readFile(console), 80))
+		t.Fatalf("the boot check did not finish (no END line): the guest never ran it or died in it; results:\n%s", out)
+	}
+	return res, false
+}
+
+// assertBoot fails on every check that failed or did not report.
+func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
+	t.Helper()
+	t.Logf("booted under %s, powered off after %s; %s", res.Accel, res.Took.Round(time.Second), res.Time)
+	want := slices.Clone(bootChecks)
+	if spec.Module == "" {
+		want = []string{"boot", "offline", "repo-update", "repo-headers", "repo-image"}
+	}
+	for _, u := range spec.GPUUnits {
+		want = append(want, "unit:"+u)
+	}
+	for _, name := range want {
+		v, ok := res.Checks[name]
+		switch {
+		case !ok:
+			t.Errorf("boot check %s did not report", name)
+		case !strings.HasPrefix(v, "ok"):
+			t.Errorf("boot check %s: %s", name, v)
+		default:
+			t.Logf("boot check %s: %s", name, v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("guest log:\n%s", strings.Join(res.Log, "\n"))
+	}
+}
+
+// imageSpec reads what to check from the image tree: the NVIDIA module
+// built for its kernel, the units the plan gated on a GPU, and the sources
+// entry of the GPU Operator ConfigMap among the host artefacts.
+func imageSpec(t *testing.T, rootfs, arts string) guestSpec {
+	t.Helper()
+	var spec guestSpec
+	must(t, filepath.WalkDir(filepath.Join(rootfs, "usr/lib/modules"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		for _, m := range []string{"nvidia-current", "nvidia"} {
+			if strings.HasPrefix(d.Name(), m+".ko") && spec.Module == "" {
+				spec.Module = m
+			}
+		}
+		return nil
+	}))
+	gates, err := filepath.Glob(filepath.Join(rootfs, "etc/systemd/system/*.d/podvm-gpu-gate.conf"))
+	must(t, err)
+	for _, g := range gates {
+		spec.GPUUnits = append(spec.GPUUnits, strings.TrimSuffix(filepath.Base(filepath.Dir(g)), ".d"))
+	}
+	spec.Sources = configMapSources(t, arts)
+	return spec
+}
+
+// configMapSources is the sources entry the GPU Operator ConfigMap carries.
+func configMapSources(t *testing.T, arts string) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	b, err := os.ReadFile(filepath.Join(arts, artifact.ConfigMapFile))
+	must(t, err)
+	must(t, yaml.Unmarshal(b, &cm))
+	sources := cm.Data[artifact.SourcesFile]
+	if sources == "" {
+		t.Fatalf("ConfigMap has no %s", artifact.SourcesFile)
+	}
+	return sources
+}
+
+// logDisk prints a disk's virtual size and the space it takes.
+func logDisk(t *testing.T, disk string) {
+	t.Helper()
+	out, err := exec.Command("qemu-img", "info", disk).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img info %s: %v\n%s", disk, err, out)
+	}
+	var virtual, onDisk string
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "virtual size: "); ok {
+			virtual = v
+		}
+		if v, ok := strings.CutPrefix(line, "disk size: "); ok {
+			onDisk = v
+		}
+	}
+	t.Logf("disk %s: virtual size %s, on disk %s", filepath.Base(disk), virtual, onDisk)
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+
+// lockedBuffer is a bytes.Buffer that QEMU's output goroutines and the
+// watcher can share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

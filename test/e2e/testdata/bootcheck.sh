@@ -1,0 +1,118 @@
+#!/bin/sh
+# Runs inside a booted pod VM image (no network, no GPU) as a transient
+# check unit that the test passes in as systemd credentials, so the image
+# under test carries nothing of it. Every check prints one line
+#   PODVM-CHECK <name> ok|FAIL <detail>
+# on the second serial port; the test fails on a FAIL and on a check that
+# did not report at all, and needs the END line to trust the run.
+set -u
+exec >/dev/ttyS1 2>&1
+creds=${CREDENTIALS_DIRECTORY:?no credentials}
+# MODULE, GPU_UNITS, HEADERS_PREFIX come from the test.
+. "$creds/podvm.bootcheck.env"
+
+failures=0
+ok() { echo "PODVM-CHECK $1 ok ${2:-}"; }
+fail() { echo "PODVM-CHECK $1 FAIL $2"; failures=$((failures + 1)); }
+# show prints evidence with a prefix the test can log.
+show() { sed 's/^/PODVM-LOG /'; }
+
+kver=$(uname -r)
+echo "PODVM-LOG kernel $kver"
+
+# 1. Boot reaches the default target with zero failed units.
+state=$(systemctl is-system-running --wait 2>&1)
+failed=$(systemctl list-units --failed --no-legend --plain 2>&1 | grep -v podvm-bootcheck)
+if [ "$state" = running ] && [ -z "$failed" ]; then
+	ok boot "running, no failed units"
+else
+	fail boot "state $state; failed units: $(echo "$failed" | tr '\n' ';')"
+	systemctl list-units --failed --no-pager 2>&1 | show
+fi
+systemd-analyze 2>&1 | head -1 | show
+echo "PODVM-TIME $(systemd-analyze 2>/dev/null | head -1)"
+
+# 2. No network device at all: the repository check below is offline.
+nics=$(ls /sys/class/net | grep -vx lo | tr '\n' ' ')
+if [ -z "$nics" ]; then ok offline; else fail offline "network devices: $nics"; fi
+
+# 3. Every GPU unit is skipped by its condition on a VM without a GPU.
+for u in $GPU_UNITS; do
+	active=$(systemctl show -P ActiveState "$u")
+	result=$(systemctl show -P Result "$u")
+	enabled=$(systemctl is-enabled "$u" 2>&1)
+	if [ "$enabled" = enabled ] && [ "$active" = inactive ] && [ "$result" = exec-condition ]; then
+		ok "unit:$u" "skipped by ExecCondition"
+	else
+		fail "unit:$u" "enabled=$enabled active=$active result=$result"
+		journalctl -b -u "$u" --no-pager 2>&1 | tail -5 | show
+	fi
+done
+
+# 4. The NVIDIA module is built for the running kernel: loading it fails
+#    only because there is no GPU.
+if [ -n "$MODULE" ]; then
+	vermagic=$(modinfo -F vermagic "$MODULE" 2>&1)
+	out=$(modprobe "$MODULE" 2>&1); rc=$?
+	kmsg=$(dmesg 2>&1 | grep -iE 'nvidia|NVRM' | tail -20)
+	bad=$(echo "$out $kmsg" | grep -E 'Unknown symbol|Exec format error|Key was rejected|disagrees about version|Invalid module format')
+	case "$vermagic" in "$kver "*) vm=ok ;; *) vm=bad ;; esac
+	if [ "$rc" -ne 0 ] && [ -z "$bad" ] && [ "$vm" = ok ] && echo "$kmsg" | grep -q 'NVRM: No NVIDIA GPU found'; then
+		ok module "$MODULE: vermagic $kver, refused with 'No NVIDIA GPU found'"
+	else
+		fail module "$MODULE: modprobe rc=$rc vermagic='$vermagic' bad='$bad'"
+		echo "$out" | show
+		echo "$kmsg" | show
+	fi
+fi
+
+# 5. nouveau is neither loaded nor in the initramfs.
+if [ -n "$MODULE" ]; then
+	loaded=$(grep -w '^nouveau' /proc/modules)
+	inird=$(lsinitramfs "/boot/initrd.img-$kver" 2>&1 | grep 'nouveau\.ko')
+	if [ -z "$loaded" ] && [ -z "$inird" ]; then
+		ok nouveau "not loaded, not in /boot/initrd.img-$kver"
+	else
+		fail nouveau "loaded='$loaded' initramfs='$inird'"
+	fi
+fi
+
+# 6. The baked repository works under the kernel that runs, for a consumer
+#    that has only the GPU Operator ConfigMap's sources entry and an empty
+#    dpkg status, as a driver container has.
+c=$(mktemp -d)
+mkdir -p "$c/prefs" "$c/sources.list.d" "$c/state/lists/partial" "$c/cache/archives/partial" "$c/unpacked" "$c/download"
+cp "$creds/podvm.sources" "$c/sources.list.d/local-packages.sources"
+: >"$c/status"
+apt() {
+	apt-get -q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$c/sources.list.d" \
+		-o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts="$c/prefs" \
+		-o Dir::State="$c/state" -o Dir::State::status="$c/status" -o Dir::Cache="$c/cache" \
+		-o APT::Sandbox::User=root -o Debug::NoLocking=1 "$@"
+}
+if upd=$(apt update 2>&1) && ! echo "$upd" | grep -qE '^(W|E|N):'; then
+	ok repo-update "$(echo "$upd" | grep -c '^Get:') index files"
+else
+	fail repo-update "$(echo "$upd" | tail -3 | tr '\n' ';')"
+fi
+headers="$HEADERS_PREFIX$kver"
+if dl=$(apt install -y --download-only --no-install-recommends "$headers" 2>&1); then
+	n=$(ls "$c"/cache/archives/*.deb 2>/dev/null | wc -l)
+	for d in "$c"/cache/archives/*.deb; do dpkg-deb -x "$d" "$c/unpacked" || fail repo-headers "unpack $d"; done
+	if [ -e "$c/unpacked/usr/src/linux-headers-$kver/Makefile" ] || [ -e "$c/unpacked/usr/lib/modules/$kver/build" ]; then
+		ok repo-headers "$headers and $((n - 1)) dependencies downloaded and unpacked"
+	else
+		fail repo-headers "unpacked $n packages but no headers for $kver"
+	fi
+else
+	fail repo-headers "$(echo "$dl" | tail -3 | tr '\n' ';')"
+fi
+if (cd "$c/download" && apt download "linux-image-$kver" >/dev/null 2>&1) && ls "$c"/download/linux-image-*.deb >/dev/null 2>&1; then
+	ok repo-image "linux-image-$kver downloaded"
+else
+	fail repo-image "apt-get download linux-image-$kver failed"
+fi
+rm -rf "$c"
+
+echo "PODVM-CHECK-END failures=$failures"
+systemctl --no-block poweroff
