@@ -17,6 +17,10 @@ type release struct {
 	cudaDir string
 	// cudaKey is the signing key file in that repository and its fingerprint.
 	cudaKey, cudaFingerprint string
+	// autoProprietary makes nvidia_kernel_modules=auto pick the proprietary
+	// modules of the archive's driver although it ships open ones: the
+	// open ones do not build against the release's current kernels.
+	autoProprietary string
 }
 
 func (r release) name() string { return r.distro + " " + r.version }
@@ -48,7 +52,14 @@ type family interface {
 	// Without a GPU that load fails and so does the unit, so the plan
 	// empties it: udev loads the driver by PCI alias where a GPU exists.
 	moduleLoadConf(d Driver) string
+	// bootPackages are what a generated image needs to boot from a disk.
+	bootPackages() []string
 }
+
+// KernelCmdline is the command line of every bootable disk, whichever back
+// end builds it: the console on the screen and on the first serial port,
+// which QEMU's -serial, libvirt and the clouds' serial consoles show.
+const KernelCmdline = "console=tty0 console=ttyS0,115200n8"
 
 // releases is keyed by "<distro>-<version>"; the family files fill it.
 var releases = map[string]release{}
@@ -92,6 +103,13 @@ const HookPath = hookPath
 func NewPlan(o Options, t Target) (*Plan, error) {
 	p := &Plan{Target: t, Options: o}
 	r, ok := releases[t.Distro+"-"+t.Version]
+	if ok && t.KernelsAtBuildTime {
+		// A generated image boots from its own disk, GPU stack or not.
+		image, headers := r.family.kernelMeta(t.Arch)
+		p.KernelPackages = []string{image, headers}
+		p.BootPackages = r.family.bootPackages()
+		p.KernelCmdline = KernelCmdline
+	}
 	if !o.EnableGPU && !o.RepoEnabled() {
 		p.Notes = append(p.Notes, "nothing to do: enable_nvidia_gpu is no and local_repo is off")
 		return p, nil
@@ -108,8 +126,6 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	if t.KernelsAtBuildTime {
 		kernels, err = []string{KernelPlaceholder}, nil
 		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+o.Kernels+")")
-		image, headers := r.family.kernelMeta(t.Arch)
-		p.KernelPackages = []string{image, headers}
 	}
 	if err != nil {
 		return nil, err
@@ -124,6 +140,9 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			errs = append(errs, err)
 		} else {
 			p.Driver = d
+			if o.KernelModules == ModulesAuto && d.Source == SourceDistro && r.autoProprietary != "" {
+				p.Notes = append(p.Notes, "nvidia_kernel_modules=auto picks proprietary on "+r.name()+": "+r.autoProprietary)
+			}
 			if err := gpuSteps(p, r, f); err != nil {
 				errs = append(errs, err)
 			}
@@ -225,7 +244,7 @@ func resolveDriver(o Options, r release) (Driver, error) {
 		d.Flavour = ModulesProprietary
 	default:
 		d.Flavour = ModulesProprietary
-		if open {
+		if open && (o.DriverSource != SourceDistro || r.autoProprietary == "") {
 			d.Flavour = ModulesOpen
 		}
 	}

@@ -14,7 +14,8 @@ func init() {
 	releases["debian-12"] = release{distro: "debian", version: "12", codename: "bookworm", family: debian{},
 		defaultBranch: "535", cudaDir: "debian12", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
 	releases["debian-13"] = release{distro: "debian", version: "13", codename: "trixie", family: debian{},
-		defaultBranch: "550", cudaDir: "debian13", cudaKey: "8793F200.pub", cudaFingerprint: "02182E60104FCDC26EAE1B8597A5D4CB8793F200"}
+		defaultBranch: "550", cudaDir: "debian13", cudaKey: "8793F200.pub", cudaFingerprint: "02182E60104FCDC26EAE1B8597A5D4CB8793F200",
+		autoProprietary: "nvidia-open-kernel-dkms 550.163.01 fails to build against 6.12.117 and later (pci_resize_resource changed)"}
 }
 
 func (debian) archiveComponents() []string {
@@ -93,3 +94,6 @@ func (debian) moduleLoadConf(d Driver) string {
 	}
 	return ""
 }
+
+// systemd-boot-efi holds the boot loader a disk builder puts on the ESP.
+func (debian) bootPackages() []string { return []string{"systemd-sysv", "udev", "systemd-boot-efi"} }

@@ -21,6 +21,13 @@ type Plan struct {
 	// KernelPackages are the kernel image and headers packages a generator
 	// installs when the kernels are resolved at build time.
 	KernelPackages []string
+	// BootPackages make a generator's image boot from a disk: init, udev
+	// and the EFI boot loader binaries a disk builder installs.
+	BootPackages []string
+	// KernelCmdline is the kernel command line of a bootable disk: a
+	// console on the screen and on the first serial port, as podvm-rootfs
+	// writes it.
+	KernelCmdline string
 	// Notes say what the plan decided and why, for the build log.
 	Notes []string
 }
@@ -306,6 +313,9 @@ func (p *Plan) Text() string {
 	if p.Driver.Branch != "" {
 		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
 			p.Driver.Branch, orDefault(p.Driver.Version, "newest of the branch"), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
+	}
+	if len(p.BootPackages) > 0 {
+		fmt.Fprintf(&b, "boot packages: %s\nkernel command line: %s\n", strings.Join(p.BootPackages, " "), p.KernelCmdline)
 	}
 	if len(p.KernelPackages) > 0 {
 		fmt.Fprintf(&b, "kernel packages: %s\n", strings.Join(p.KernelPackages, " "))

@@ -162,7 +162,7 @@ var Table = []Setting{
 		set:        func(o *Options, v value) { o.DriverVersion = v.s }},
 	{Key: "nvidia_kernel_modules", Env: "NVIDIA_KERNEL_MODULES", Kind: Enum, Default: "auto", Section: "gpu",
 		Allowed: []string{"auto", "open", "proprietary"},
-		Help:    "Kernel module flavour; auto picks open where the branch ships open modules.",
+		Help:    "Kernel module flavour; auto picks open where the branch ships open modules that build against the release's kernels (Debian 13's archive driver: proprietary).",
 		set:     func(o *Options, v value) { o.KernelModules = ModuleFlavour(v.s) }},
 	{Key: "nvidia_driver_source", Env: "NVIDIA_DRIVER_SOURCE", Kind: Enum, Default: "distro", Section: "gpu",
 		Allowed: []string{"distro", "cuda-repo", "precompiled"},

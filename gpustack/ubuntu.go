@@ -99,3 +99,6 @@ func (ubuntu) fabricManager(d Driver) ([]string, error) {
 
 // Ubuntu's driver packages load nothing at boot by themselves.
 func (ubuntu) moduleLoadConf(d Driver) string { return "" }
+
+// systemd-boot-efi holds the boot loader a disk builder puts on the ESP.
+func (ubuntu) bootPackages() []string { return []string{"systemd-sysv", "udev", "systemd-boot-efi"} }

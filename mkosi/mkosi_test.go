@@ -80,6 +80,10 @@ type summary struct {
 		ExtraTrees              []struct{ Source string }
 		PostInstallationScripts []string
 		FinalizeScripts         []string
+		Format                  string
+		Bootable                string
+		Bootloader              string
+		KernelCommandLine       []string
 	}
 }
 
@@ -127,10 +131,17 @@ func TestMkosiSummary(t *testing.T) {
 					t.Errorf("profiles %v: %s selected = %v, want %v", img.Profiles, Profile, got, gpuOn)
 				}
 				p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": c.gpu})
-				want := slices.Clone(p.KernelPackages)
+				// A bootable disk with the builder's command line, GPU or not.
+				if img.Format != "disk" || img.Bootable != "enabled" || img.Bootloader != "systemd-boot" ||
+					!strings.Contains(strings.Join(img.KernelCommandLine, " "), p.KernelCmdline) {
+					t.Errorf("format %q bootable %q bootloader %q cmdline %q: want a bootable disk with %q",
+						img.Format, img.Bootable, img.Bootloader, img.KernelCommandLine, p.KernelCmdline)
+				}
+				want := append(slices.Clone(p.KernelPackages), p.BootPackages...)
 				if gpuOn {
+					// Debian 13's open modules do not build against its kernels.
 					want = append(want, "nvidia-container-toolkit", map[string]string{
-						"debian": "nvidia-open-kernel-dkms", "ubuntu": "nvidia-headless-570-server-open"}[c.distro])
+						"debian": "nvidia-kernel-dkms", "ubuntu": "nvidia-headless-570-server-open"}[c.distro])
 				}
 				for _, w := range want {
 					if !slices.Contains(img.Packages, w) {

@@ -108,7 +108,17 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	sd.set("Distribution", t.Distro)
 	sd.set("Release", t.Codename)
 	sd.set("Architecture", arch)
-	r.files.add("mkosi.conf", 0o644, []byte(iniFile(r.header("mkosi.conf"), cfg, dist)))
+	// The product is a disk that boots as podvm-rootfs's does: GPT, UEFI
+	// through systemd-boot, the same kernel command line. --format=directory
+	// builds the tree alone.
+	var output, boot section
+	output.name, boot.name = "Output", "Content"
+	setter{&output, &errp}.set("Format", "disk")
+	sb := setter{&boot, &errp}
+	sb.set("Bootable", "yes")
+	sb.set("Bootloader", "systemd-boot")
+	sb.set("KernelCommandLine", p.KernelCmdline)
+	r.files.add("mkosi.conf", 0o644, []byte(iniFile(r.header("mkosi.conf"), cfg, dist, output, boot)))
 
 	// The distro drop-in: what only this distro and release need.
 	var match, content section
@@ -117,10 +127,10 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	sm.set("Distribution", t.Distro)
 	sm.set("Release", t.Codename)
 	sm.set("Architecture", arch)
-	setter{&content, &errp}.list("Packages", p.KernelPackages)
+	setter{&content, &errp}.list("Packages", append(slices.Clone(p.KernelPackages), p.BootPackages...))
 	dropIn := fmt.Sprintf("mkosi.conf.d/10-%s-%s.conf", t.Distro, t.Codename)
 	r.files.add(dropIn, 0o644, []byte(iniFile(
-		"Settings for "+t.String()+" only: mkosi skips this file for any other\ndistribution, release or architecture. Packages= are the image's kernel, for\nwhich the GPU modules and the local repository are built.",
+		"Settings for "+t.String()+" only: mkosi skips this file for any other\ndistribution, release or architecture. Packages= are the image's kernel, for\nwhich the GPU modules and the local repository are built, and what it\nneeds to boot from a disk.",
 		match, content)))
 
 	// mkosi's built-in Debian list includes a -debug suite that mirrors

@@ -4,7 +4,7 @@
 # too old for the generator's MinimumVersion=25; trixie's mkosi is pure Python
 # and runs on bookworm's python3.
 #
-# Usage: scripts/install-mkosi.sh [--print-env]
+# Usage: scripts/install-mkosi.sh [--print-env | --print-mirror]
 #   Cache: $PODVM_CACHE/mkosi (default: .cache/mkosi in the repository).
 #   Version: $MKOSI_VERSION (default 25.3-7), suite $MKOSI_SUITE (trixie).
 #   Mirror: the host's first Debian mirror, or $MKOSI_MIRROR.
@@ -30,19 +30,35 @@ print() {
 	fi
 }
 
+# The Debian mirror: MKOSI_MIRROR, else the host's first Debian mirror.
+find_mirror() {
+	if [ -n "${MKOSI_MIRROR:-}" ]; then
+		echo "$MKOSI_MIRROR"
+		return
+	fi
+	cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		sed -n -e 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]]*$/\1/p' \
+			-e 's/^deb[[:space:]]\{1,\}\(\[[^]]*\][[:space:]]\{1,\}\)\{0,1\}\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]].*/\2/p' |
+		head -n 1
+}
+
+if [ "${1:-}" = --print-mirror ]; then
+	mirror=$(find_mirror)
+	if [ -z "$mirror" ]; then
+		echo "install-mkosi: no Debian mirror in the host's apt sources; set MKOSI_MIRROR" >&2
+		exit 1
+	fi
+	echo "$mirror"
+	exit 0
+fi
+
 if [ -f "$dest/.complete" ]; then
 	print "$@"
 	exit 0
 fi
 
 # The host's own mirror, so air-gapped hosts use theirs (never a hard-coded host).
-mirror=${MKOSI_MIRROR:-}
-if [ -z "$mirror" ]; then
-	mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-		sed -n -e 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]]*$/\1/p' \
-			-e 's/^deb[[:space:]]\{1,\}\(\[[^]]*\][[:space:]]\{1,\}\)\{0,1\}\([^[:space:]]*\/debian\/\{0,1\}\)[[:space:]].*/\2/p' |
-		head -n 1)
-fi
+mirror=$(find_mirror)
 if [ -z "$mirror" ]; then
 	echo "install-mkosi: no Debian mirror in the host's apt sources; set MKOSI_MIRROR" >&2
 	exit 1

@@ -33,16 +33,6 @@ variable "mirror" {
   description = "Debian mirror; empty takes the host's apt configuration."
 }
 
-# Debian 13's nvidia-open-kernel-dkms 550.163.01 does not build against the
-# archive's current 6.12 kernels (pci_resize_resource changed in 6.12.117), so this
-# example defaults to the proprietary modules; NVIDIA_KERNEL_MODULES=open or
-# -var nvidia_kernel_modules=open selects the open ones.
-variable "nvidia_kernel_modules" {
-  type        = string
-  default     = env("NVIDIA_KERNEL_MODULES") != "" ? env("NVIDIA_KERNEL_MODULES") : "proprietary"
-  description = "open or proprietary."
-}
-
 variable "output_directory" {
   type    = string
   default = "output-podvm"
@@ -103,7 +93,6 @@ build {
   }
 
   provisioner "podvm-gpu" {
-    nvidia_kernel_modules = var.nvidia_kernel_modules
-    output_dir            = var.artifacts_directory
+    output_dir = var.artifacts_directory
   }
 }

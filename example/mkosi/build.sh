@@ -1,31 +1,53 @@
 #!/bin/sh
 # Generate a mkosi tree from the podvm settings (flags or the environment:
-# ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...) and build it with mkosi 25.
+# ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...) and build it with mkosi 25:
+# a bootable GPT disk (UEFI, systemd-boot, serial console), as `make image`
+# makes with Packer.
 #
 #   sudo ENABLE_NVIDIA_GPU=yes example/mkosi/build.sh [extra mkosi args]
 #
 # The archive and security mirrors are the ones this host's apt uses
 # (/etc/apt); set PODVM_MIRROR and PODVM_SECURITY_MIRROR to use others.
 #
-# Outputs land in example/mkosi/output: the image and podvm-artifacts/
-# (local-packages.sources, GPU Operator ConfigMap and Helm values,
-# keyring.asc, manifest.json).
+# Outputs land in example/mkosi/output (PODVM_MKOSI_OUTPUT): the disk
+# image.raw, and podvm-artifacts/ (local-packages.sources, GPU Operator
+# ConfigMap and Helm values, keyring.asc, manifest.json). The generated
+# tree is example/mkosi/tree (PODVM_MKOSI_TREE).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cache=${PODVM_CACHE:-$root/.cache}
+tree=${PODVM_MKOSI_TREE:-$here/tree}
+output=${PODVM_MKOSI_OUTPUT:-$here/output}
 
 cd "$root"
 go build -o "$cache/bin/packer-plugin-podvm" .
 mkosi=$(scripts/install-mkosi.sh --print-env)
 generate() {
-	"$cache/bin/packer-plugin-podvm" mkosi --force --output "$here/tree" \
+	"$cache/bin/packer-plugin-podvm" mkosi --force --output "$tree" \
 		--distribution "${PODVM_DISTRIBUTION:-debian}" --release "${PODVM_RELEASE:-13}" "$@"
 }
 # An empty PODVM_SECURITY_MIRROR builds without the security suite.
 generate ${PODVM_MIRROR:+"--mirror=$PODVM_MIRROR"} \
 	${PODVM_SECURITY_MIRROR+"--security-mirror=$PODVM_SECURITY_MIRROR"}
-mkdir -p "$here/output" "$cache/mkosi-pkgcache"
-cd "$here/tree"
-# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"
-env $mkosi --output-dir="$here/output" --package-cache-dir="$cache/mkosi-pkgcache" -f "$@" build
+
+# mkosi makes disks with systemd-repart 254 or newer; Debian 12 has 252. On
+# such a host mkosi runs its tools from a tools tree: Debian trixie from the
+# host's own mirror (or PODVM_MIRROR), listed in a sandbox tree because
+# mkosi's built-in list names suites that mirrors rarely carry.
+tools=""
+repart=$(systemd-repart --version 2>/dev/null | sed -n '1s/^systemd \([0-9][0-9]*\).*/\1/p')
+if [ "${repart:-0}" -lt 254 ]; then
+	mirror=${PODVM_MIRROR:-$(scripts/install-mkosi.sh --print-mirror)}
+	sandbox=$cache/mkosi-tools-sandbox
+	mkdir -p "$sandbox/etc/apt/sources.list.d"
+	printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+		"$mirror" >"$sandbox/etc/apt/sources.list.d/mkosi.sources"
+	echo "mkosi: systemd-repart ${repart:-not found} on this host is older than 254; using a Debian trixie tools tree from $mirror" >&2
+	tools="--tools-tree=default --tools-tree-distribution=debian --tools-tree-release=trixie --tools-tree-sandbox-tree=$sandbox"
+fi
+
+mkdir -p "$output" "$cache/mkosi-pkgcache"
+cd "$tree"
+# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"; $tools is a word list
+env $mkosi $tools --output-dir="$output" --package-cache-dir="$cache/mkosi-pkgcache" -f "$@" build

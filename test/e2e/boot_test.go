@@ -5,8 +5,10 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"debug/pe"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
@@ -62,6 +65,9 @@ type guestSpec struct {
 	Module   string   // the NVIDIA module's name, "" for none
 	GPUUnits []string // units gated on an NVIDIA PCI device
 	Sources  string   // the ConfigMap's sources entry
+	// InitrdOnHost: the kernel boots as a unified kernel image, whose
+	// initrd the test checks on the host instead of in the guest.
+	InitrdOnHost bool
 }
 
 // bootCheck boots disk (copy-on-write: the disk is not changed) under
@@ -80,13 +86,17 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	}
 	script, err := os.ReadFile(filepath.Join(builderRepoRoot(t), "test/e2e/testdata/bootcheck.sh"))
 	must(t, err)
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\n", spec.Module, strings.Join(spec.GPUUnits, " "))
+	initrd := "image"
+	if spec.InitrdOnHost {
+		initrd = "host"
+	}
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd)
 	creds := map[string]string{
-		"systemd.extra-unit.podvm-bootcheck.service":         bootUnit,
+		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
-		"podvm.bootcheck":                                    string(script),
-		"podvm.bootcheck.env":                                env,
-		"podvm.sources":                                      spec.Sources,
+		"podvm.bootcheck":     string(script),
+		"podvm.bootcheck.env": env,
+		"podvm.sources":       spec.Sources,
 	}
 	work := t.TempDir()
 	var smbios []string
@@ -130,7 +140,7 @@ func bootOnce(t *testing.T, work, disk, accel string, smbios []string) (res boot
 	args := []string{"-machine", "q35", "-m", "2048", "-smp", "2", "-nographic", "-nic", "none",
 		"-drive", "if=pflash,format=raw,readonly=on,file=" + ovmfCode,
 		"-drive", "if=pflash,format=raw,file=" + vars,
-		"-drive", "file=" + disk + ",format=qcow2,if=virtio,snapshot=on",
+		"-drive", "file=" + disk + ",format=" + diskFormat(disk) + ",if=virtio,snapshot=on",
 		"-serial", "file:" + console, "-serial", "file:" + results,
 		"-monitor", "none", "-display", "none"}
 	if accel == "kvm" {
@@ -266,6 +276,46 @@ func configMapSources(t *testing.T, arts string) string {
 	return sources
 }
 
+// assertNoNouveauInUKI reads the initrd of a unified kernel image (its
+// .initrd section: concatenated cpio archives, zstd-compressed or plain)
+// and fails if nouveau is in it. Finding virtio in it proves the archives
+// were read at all.
+func assertNoNouveauInUKI(t *testing.T, uki string) {
+	t.Helper()
+	f, err := pe.Open(uki)
+	must(t, err)
+	defer f.Close()
+	sec := f.Section(".initrd")
+	if sec == nil {
+		t.Fatalf("%s has no .initrd section", uki)
+	}
+	data, err := sec.Data()
+	must(t, err)
+	var names bytes.Buffer
+	names.Write(data)
+	magic := []byte{0x28, 0xb5, 0x2f, 0xfd}
+	for off := 0; ; {
+		i := bytes.Index(data[off:], magic)
+		if i < 0 {
+			break
+		}
+		off += i
+		if d, err := zstd.NewReader(bytes.NewReader(data[off:])); err == nil {
+			io.Copy(&names, d)
+			d.Close()
+		}
+		off += len(magic)
+	}
+	if !bytes.Contains(names.Bytes(), []byte("virtio")) {
+		t.Fatalf("read no module names from the initrd of %s (%d bytes)", uki, len(data))
+	}
+	if bytes.Contains(names.Bytes(), []byte("nouveau.ko")) {
+		t.Errorf("nouveau is in the initrd of %s", uki)
+	} else {
+		t.Logf("initrd of %s (%d MiB compressed): no nouveau", filepath.Base(uki), len(data)>>20)
+	}
+}
+
 // logDisk prints a disk's virtual size and the space it takes.
 func logDisk(t *testing.T, disk string) {
 	t.Helper()
@@ -285,11 +335,18 @@ func logDisk(t *testing.T, disk string) {
 	t.Logf("disk %s: virtual size %s, on disk %s", filepath.Base(disk), virtual, onDisk)
 }
 
+// diskFormat is QEMU's name for the disk's format, from its file name.
+func diskFormat(disk string) string {
+	if strings.HasSuffix(disk, ".qcow2") {
+		return "qcow2"
+	}
+	return "raw"
+}
+
 func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
-
 
 // lockedBuffer is a bytes.Buffer that QEMU's output goroutines and the
 // watcher can share.

@@ -24,13 +24,13 @@ import (
 )
 
 // e2eSettings are the options both back ends get, through the environment
-// as `make image` and `make mkosi` pass them: the GPU stack with Debian's
-// driver (proprietary modules: see example/local), the hook and the CDI
-// service, and the container toolkit from the local stand-in mirror.
+// as `make image` and `make mkosi` pass them: the GPU stack with the table's
+// defaults (Debian's driver; auto picks its proprietary modules on 13), the
+// hook and the CDI service, and the container toolkit from the local
+// stand-in mirror.
 func e2eSettings(m toolkitMirror) []string {
 	return []string{
 		"ENABLE_NVIDIA_GPU=yes",
-		"NVIDIA_KERNEL_MODULES=proprietary",
 		"NVIDIA_HOOK_MODE=both",
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + m.URL,
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + m.Keyring,
@@ -71,6 +71,18 @@ func TestImageE2E(t *testing.T) {
 
 	image, mkArts := buildWithMkosi(t, env, root, cache, settings)
 	t.Run("mkosi", func(t *testing.T) { checkGPUImage(t, env, image, mkArts) })
+
+	// The disk, exactly as `make mkosi` builds it, booted with the checks
+	// the Packer disk gets; what to look for comes from the tree build of
+	// the same configuration.
+	disk, uki := buildMkosiDisk(t, env, root, settings)
+	t.Run("mkosi boot", func(t *testing.T) {
+		logDisk(t, disk)
+		spec := imageSpec(t, image, mkArts)
+		spec.InitrdOnHost = true
+		assertNoNouveauInUKI(t, uki)
+		assertBoot(t, bootCheck(t, disk, spec), spec)
+	})
 
 	t.Run("equivalence", func(t *testing.T) { compareImages(t, rootfs, image) })
 }
@@ -127,6 +139,37 @@ func buildWithMkosi(t *testing.T, env *builderEnv, root, cache string, settings 
 		t.Fatalf("mkosi build: %v\n%s", err, tail(log.String(), 80))
 	}
 	return filepath.Join(out, "image"), filepath.Join(out, "podvm-artifacts")
+}
+
+// buildMkosiDisk runs example/mkosi/build.sh, which `make mkosi` runs, with
+// the same settings, into a scratch tree and output directory.
+func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []string) (disk, uki string) {
+	t.Helper()
+	work := t.TempDir()
+	out := filepath.Join(work, "output")
+	cmd := exec.Command(filepath.Join(root, "example/mkosi/build.sh"))
+	cmd.Dir = root
+	cmd.Env = env.environ(append(slices.Clone(settings), "PODVM_MKOSI_TREE="+filepath.Join(work, "tree"), "PODVM_MKOSI_OUTPUT="+out))
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("make mkosi (example/mkosi/build.sh) took %s", time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("example/mkosi/build.sh: %v\n%s", err, log.String())
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "tools tree") || strings.Contains(line, "size is") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	disk, uki = filepath.Join(out, "image.raw"), filepath.Join(out, "image.efi")
+	for _, f := range []string{disk, uki} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("make mkosi left no %s: %v\n%s", filepath.Base(f), err, tail(log.String(), 40))
+		}
+	}
+	return disk, uki
 }
 
 func logTimings(t *testing.T, out string) {
