@@ -209,3 +209,48 @@ func run(t *testing.T, name string, args ...string) string {
 	}
 	return string(b)
 }
+
+// TestBuildDiskFormats checks what qemu-img makes of each disk format: a
+// fixed VHD (Azure) must keep a virtual size of whole MiB.
+func TestBuildDiskFormats(t *testing.T) {
+	chroottest.RequireRoot(t)
+	chroottest.RequireTools(t, "sfdisk", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "qemu-img")
+	root := t.TempDir()
+	for p, content := range map[string]string{
+		"boot/vmlinuz-6.12.10-amd64":    "kernel",
+		"boot/initrd.img-6.12.10-amd64": "initrd",
+		"etc/fstab":                     "",
+	} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, p), []byte(content), 0o644))
+	}
+	host := filepath.Join(t.TempDir(), "efi")
+	must(t, os.MkdirAll(host, 0o755))
+	must(t, os.WriteFile(filepath.Join(host, "systemd-bootx64.efi"), []byte("host systemd-boot"), 0o644))
+	for format, qemuName := range map[string]string{formatRaw: "raw", formatQcow2: "qcow2", formatVHD: "vpc"} {
+		t.Run(format, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "disk."+format)
+			res, err := buildDisk(context.Background(), diskBuild{Root: root, Arch: "amd64", Format: format, Size: 1536 * mib,
+				Cmdline: defaultCmdline, Output: out, HostBootloaderDir: host, Say: func(string) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Bootloader != filepath.Join(host, "systemd-bootx64.efi") {
+				t.Errorf("boot loader %s: the host's when the image has none", res.Bootloader)
+			}
+			var info struct {
+				Format      string `json:"format"`
+				VirtualSize int64  `json:"virtual-size"`
+			}
+			// qemu-img cannot tell a fixed VHD (raw data and a footer) by
+			// probing, so the format is named, as Azure's tools do.
+			must(t, json.Unmarshal([]byte(run(t, "qemu-img", "info", "-f", qemuName, "--output=json", out)), &info))
+			if info.Format != qemuName || info.VirtualSize != 1536*mib {
+				t.Errorf("qemu-img: format %s, virtual size %d; want %s, %d", info.Format, info.VirtualSize, qemuName, 1536*mib)
+			}
+			if fi, err := os.Stat(out); err != nil || (format == formatVHD && fi.Size() != 1536*mib+512) {
+				t.Errorf("fixed VHD: %v bytes, want the disk and a 512-byte footer (%v)", fi.Size(), err)
+			}
+		})
+	}
+}
