@@ -198,9 +198,9 @@ var Table = []Setting{
 		Help:       "OpenPGP public key file on the build host that signs the toolkit repository.",
 		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.ToolkitRepoKeyring = v.s }},
-	{Key: "nvidia_hook_mode", Env: "NVIDIA_HOOK_MODE", Kind: Enum, Default: "oci-prestart", Section: "toolkit",
+	{Key: "nvidia_hook_mode", Env: "NVIDIA_HOOK_MODE", Kind: Enum, Default: "both", Section: "toolkit",
 		Allowed: []string{"oci-prestart", "cdi", "both"},
-		Help:    "How containers get the GPU: the kata guest OCI prestart hook, a CDI spec generated at boot, or both.",
+		Help:    "How containers get the GPU: the kata guest OCI prestart hook, a CDI spec (nvidia.com/gpu=all) generated at boot before kata-agent, or both; cloud-api-adaptor and kata-agent use CDI, so both is the default.",
 		set:     func(o *Options, v value) { o.HookMode = HookMode(v.s) }},
 
 	// Extras.

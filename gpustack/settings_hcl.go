@@ -26,7 +26,7 @@ type Settings struct {
 	NvidiaContainerToolkitRepoURL *string `mapstructure:"nvidia_container_toolkit_repo_url" required:"false"`
 	// OpenPGP public key file on the build host that signs the toolkit repository. Environment: `NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING`; default: NVIDIA's key, fetched over https and checked against its pinned fingerprint.
 	NvidiaContainerToolkitRepoKeyring *string `mapstructure:"nvidia_container_toolkit_repo_keyring" required:"false"`
-	// How containers get the GPU: the kata guest OCI prestart hook, a CDI spec generated at boot, or both. Environment: `NVIDIA_HOOK_MODE`; default: oci-prestart.
+	// How containers get the GPU: the kata guest OCI prestart hook, a CDI spec (nvidia.com/gpu=all) generated at boot before kata-agent, or both; cloud-api-adaptor and kata-agent use CDI, so both is the default. Environment: `NVIDIA_HOOK_MODE`; default: both.
 	NvidiaHookMode *string `mapstructure:"nvidia_hook_mode" required:"false"`
 	// Blacklist nouveau and rebuild the initramfs. Environment: `NVIDIA_BLACKLIST_NOUVEAU`; default: yes.
 	NvidiaBlacklistNouveau *string `mapstructure:"nvidia_blacklist_nouveau" required:"false"`

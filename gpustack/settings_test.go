@@ -285,7 +285,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := r.Options
-	if !o.EnableGPU || !o.RepoEnabled() || o.RepoPath != "/opt/local-packages" || o.HookMode != HookOCIPrestart ||
+	if !o.EnableGPU || !o.RepoEnabled() || o.RepoPath != "/opt/local-packages" || o.HookMode != HookBoth ||
 		o.DriverSource != SourceDistro || o.KernelModules != ModulesAuto || !o.Verify || o.SourceDateEpoch != -1 {
 		t.Errorf("defaults: %+v", o)
 	}
