@@ -5,6 +5,7 @@ package gpustack
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -86,6 +87,11 @@ var (
 	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
 )
 
+// ValidKernel reports whether s is a kernel release as the image's
+// /usr/lib/modules and /boot name it, such as 6.12.57+deb13-amd64. Names
+// read from an image pass through it before they reach a shell.
+func ValidKernel(s string) bool { return kernelRe.MatchString(s) }
+
 // checker validates a non-empty String value or each List element, and
 // says what it allows, for errors, --help and the docs.
 type checker struct {
@@ -112,6 +118,18 @@ var (
 	checkHostPath = checker{
 		ok:      func(s string) bool { return !strings.ContainsAny(s, "\n\x00") },
 		allowed: "a file path on the machine running the build",
+	}
+	// An output directory may not exist yet; an existing file is refused
+	// before the build rather than after the driver is installed.
+	checkOutputDir = checker{
+		ok: func(s string) bool {
+			if strings.ContainsAny(s, "\n\x00") {
+				return false
+			}
+			fi, err := os.Stat(s)
+			return err != nil || fi.IsDir()
+		},
+		allowed: "a directory on the machine running the build (created if missing; not an existing file)",
 	}
 	checkPkgTemplate = checker{
 		ok: func(s string) bool {
@@ -264,7 +282,7 @@ var Table = []Setting{
 		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
 	{Key: "output_dir", Env: "PODVM_OUTPUT_DIR", Kind: String, Default: "podvm-artifacts", Section: "repo",
 		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json.",
-		check: &checkHostPath,
+		check: &checkOutputDir,
 		set:   func(o *Options, v value) { o.OutputDir = v.s }},
 
 	// Build behaviour.

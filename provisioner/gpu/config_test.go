@@ -34,7 +34,7 @@ local_repo_packages   = ["linux-headers-{kernel}", "linux-image-{kernel}"]
 local_repo_path       = "/srv/repo"
 execute_command       = "sudo -n sh -c {{.Command}}"
 env                   = { http_proxy = "http://proxy:3128" }
-max_retries           = 5
+transfer_retries           = 5
 `, map[string]string{"NVIDIA_KERNEL_MODULES": "proprietary", "LOCAL_REPO_PATH": "/ignored"})
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +83,8 @@ local_repo_path       = "relative/path"
 execute_command = "sudo sh -c"
 env             = { "bad-name" = "x" }
 remote_folder   = "tmp"
-max_retries     = -1
-`, nil, []string{"execute_command", "bad-name", "remote_folder", "max_retries"}},
+transfer_retries     = -1
+`, nil, []string{"execute_command", "bad-name", "remote_folder", "transfer_retries"}},
 		{"broken template", `execute_command = "{{.Command"`, nil, []string{"execute_command"}},
 		{"settings and manners together", `
 verify          = "perhaps"

@@ -40,6 +40,13 @@ func detect(ctx context.Context, r *runner) (gpustack.Target, error) {
 		return t, fmt.Errorf("listing the image's kernels: %w", err)
 	}
 	t.Kernels = strings.Fields(ks)
+	for _, k := range t.Kernels {
+		// Kernel names reach shell commands and file names: anything but a
+		// kernel release is refused, never quoted and hoped for.
+		if !gpustack.ValidKernel(k) {
+			return t, fmt.Errorf("the image has a kernel directory /usr/lib/modules/%q that is not a kernel release (such as 6.12.57+deb13-amd64); remove it", k)
+		}
+	}
 	gpustack.SortKernels(t.Kernels)
 	if len(t.Kernels) == 0 {
 		return t, fmt.Errorf("no kernel in the image: no /usr/lib/modules/<version> with a matching /boot/vmlinuz-<version> or installed linux-image-<version>; install a kernel package before this provisioner runs")

@@ -133,7 +133,8 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 			// Only an initramfs that exists is rebuilt: an image that boots
 			// without one loads nouveau from the root file system, where
 			// the modprobe.d blacklist already applies.
-			cmd := fmt.Sprintf(`if command -v update-initramfs >/dev/null 2>&1 && [ -e /boot/initrd.img-%[1]s ]; then update-initramfs -u -k %[1]s; else echo "no initramfs for %[1]s; nothing to update"; fi`, shellQuote(k))
+			// %[1]s is one quoted shell word: never inside double quotes.
+			cmd := fmt.Sprintf(`if command -v update-initramfs >/dev/null 2>&1 && [ -e /boot/initrd.img-%[1]s ]; then update-initramfs -u -k %[1]s; else echo no initramfs for %[1]s, nothing to update; fi`, shellQuote(k))
 			if _, err := e.r.run(ctx, cmd); err != nil {
 				return err
 			}
@@ -189,7 +190,7 @@ func (e *executor) writeFile(ctx context.Context, path string, content []byte, m
 	}
 	m := fmt.Sprintf("%o", mode.Perm())
 	s, p := shellQuote(staged), shellQuote(path)
-	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then echo "%[2]s: unchanged"; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
+	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then echo %[2]s: unchanged; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
 		s, p, shellQuote(m+":"+user+":"+group), "0"+m, shellQuote(user), shellQuote(group))
 	res, err := e.r.exec(ctx, cmd, false)
 	if err != nil {

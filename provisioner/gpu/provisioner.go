@@ -55,8 +55,9 @@ type Config struct {
 	RemoteFolder string `mapstructure:"remote_folder" required:"false"`
 	// How many times uploads and downloads are retried, and apt commands
 	// that failed on a transient network error. Defaults to 3; 0 disables
-	// retries.
-	MaxRetries *int `mapstructure:"max_retries" required:"false"`
+	// retries. (Packer's own `max_retries` reruns the whole provisioner,
+	// DKMS build included, and never reaches the plugin.)
+	TransferRetries *int `mapstructure:"transfer_retries" required:"false"`
 
 	ctx interpolate.Context
 }
@@ -105,8 +106,8 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 		c.RemoteFolder = "/tmp"
 	}
 	p.retries = 3
-	if c.MaxRetries != nil {
-		p.retries = *c.MaxRetries
+	if c.TransferRetries != nil {
+		p.retries = *c.TransferRetries
 	}
 
 	var errs *packersdk.MultiError
@@ -124,7 +125,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("remote_folder: %q must be an absolute path without spaces, quotes or $", c.RemoteFolder))
 	}
 	if p.retries < 0 {
-		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("max_retries: %d must not be negative", p.retries))
+		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("transfer_retries: %d is negative; allowed: 0 (no retries) or more", p.retries))
 	}
 
 	lookup := p.lookupEnv

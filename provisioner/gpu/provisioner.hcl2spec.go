@@ -50,7 +50,7 @@ type FlatConfig struct {
 	ExecuteCommand                    *string           `mapstructure:"execute_command" required:"false" cty:"execute_command" hcl:"execute_command"`
 	Env                               map[string]string `mapstructure:"env" required:"false" cty:"env" hcl:"env"`
 	RemoteFolder                      *string           `mapstructure:"remote_folder" required:"false" cty:"remote_folder" hcl:"remote_folder"`
-	MaxRetries                        *int              `mapstructure:"max_retries" required:"false" cty:"max_retries" hcl:"max_retries"`
+	TransferRetries                   *int              `mapstructure:"transfer_retries" required:"false" cty:"transfer_retries" hcl:"transfer_retries"`
 }
 
 // FlatMapstructure returns a new FlatConfig.
@@ -105,7 +105,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"execute_command":                       &hcldec.AttrSpec{Name: "execute_command", Type: cty.String, Required: false},
 		"env":                                   &hcldec.AttrSpec{Name: "env", Type: cty.Map(cty.String), Required: false},
 		"remote_folder":                         &hcldec.AttrSpec{Name: "remote_folder", Type: cty.String, Required: false},
-		"max_retries":                           &hcldec.AttrSpec{Name: "max_retries", Type: cty.Number, Required: false},
+		"transfer_retries":                      &hcldec.AttrSpec{Name: "transfer_retries", Type: cty.Number, Required: false},
 	}
 	return s
 }

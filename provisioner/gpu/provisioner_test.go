@@ -359,7 +359,7 @@ func TestTransientAptFailureIsRetried(t *testing.T) {
 }
 
 func TestTransientAptFailureGivesUp(t *testing.T) {
-	p := newTestProvisioner(t, map[string]interface{}{"enable_nvidia_gpu": "no", "local_repo": "yes", "max_retries": 1})
+	p := newTestProvisioner(t, map[string]interface{}{"enable_nvidia_gpu": "no", "local_repo": "yes", "transfer_retries": 1})
 	comm := newFakeComm(debian13())
 	comm.respond = func(n int, inner string) (string, int, bool) {
 		if strings.HasSuffix(inner, "force-confold update") {
@@ -373,7 +373,7 @@ func TestTransientAptFailureGivesUp(t *testing.T) {
 		t.Fatalf("error %v, want a failure of step apt-update", err)
 	}
 	if n := countContaining(comm.cmds, "force-confold update"); n != 2 {
-		t.Errorf("apt-get update ran %d times, want 2 (max_retries=1)", n)
+		t.Errorf("apt-get update ran %d times, want 2 (transfer_retries=1)", n)
 	}
 }
 
@@ -405,7 +405,7 @@ func TestUploadRetries(t *testing.T) {
 		t.Errorf("%d failed uploads logged, want 2", n)
 	}
 
-	p = newTestProvisioner(t, map[string]interface{}{"enable_nvidia_gpu": "no", "local_repo": "yes", "max_retries": 0})
+	p = newTestProvisioner(t, map[string]interface{}{"enable_nvidia_gpu": "no", "local_repo": "yes", "transfer_retries": 0})
 	comm = newFakeComm(debian13())
 	comm.uploadFailures = 1
 	err := provision(t, p, comm)

@@ -31,7 +31,6 @@ import (
 func e2eSettings(m toolkitMirror) []string {
 	return []string{
 		"ENABLE_NVIDIA_GPU=yes",
-		"NVIDIA_HOOK_MODE=both",
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + m.URL,
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + m.Keyring,
 	}
