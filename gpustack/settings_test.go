@@ -67,6 +67,8 @@ func TestBadInputs(t *testing.T) {
 		{name: "hcl fabric", hcl: `nvidia_fabric_manager = "enable"`, want: []string{`nvidia_fabric_manager: invalid value "enable"`}},
 		{name: "env cc", env: map[string]string{"NVIDIA_CONFIDENTIAL_COMPUTE": "tdx"}, want: []string{`NVIDIA_CONFIDENTIAL_COMPUTE: invalid value "tdx"`}},
 		{name: "flag gate", flag: []string{"--nvidia-gate-on-pci=pci"}, want: []string{`--nvidia-gate-on-pci: invalid value "pci"`}},
+		{name: "env output dir is a file", env: map[string]string{"PODVM_OUTPUT_DIR": "settings_test.go"}, want: []string{`PODVM_OUTPUT_DIR: invalid value "settings_test.go"`, "not an existing file"}},
+		{name: "hcl output dir newline", hcl: `output_dir = "a\nb"`, want: []string{`output_dir: invalid value`}},
 		{name: "env kernels", env: map[string]string{"PODVM_KERNELS": "latest"}, want: []string{`PODVM_KERNELS: invalid value "latest"`, "newest, all"}},
 		{name: "hcl kernels", hcl: `kernels = "6.12;reboot"`, want: []string{`kernels: invalid value "6.12;reboot"`}},
 		{name: "env local repo", env: map[string]string{"LOCAL_REPO": "maybe"}, want: []string{`LOCAL_REPO: invalid value "maybe"`, "auto|yes|no"}},
