@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -49,11 +48,8 @@ func runMkosi(args []string) int {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	if *out == "" || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "mkosi: --output DIR is required and takes no arguments")
@@ -172,11 +168,8 @@ func runBakeRepo(ctx context.Context, args []string) int {
 	fs.StringVar(&b.SrcDir, "srcdir", ".", "the tree as mkosi mounts it ($SRCDIR)")
 	fs.StringVar(&b.ArtifactsDir, "artifacts", "", "directory for the host artifacts")
 	kernels := fs.String("kernels", "", "the targeted image kernels, space separated")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	if b.Root == "" || b.Spec == "" || strings.TrimSpace(*kernels) == "" {
 		fmt.Fprintln(os.Stderr, "mkosi bake-repo: --root, --spec and --kernels are required")
@@ -197,11 +190,8 @@ func runBakeRepo(ctx context.Context, args []string) int {
 func runCheckKeys(args []string) int {
 	fs := pflag.NewFlagSet("mkosi check-keys", pflag.ContinueOnError)
 	root := fs.String("root", "", "the image root ($BUILDROOT)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, true); !ok {
+		return code
 	}
 	if *root == "" || fs.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "mkosi check-keys: --root and at least one image directory are required")

@@ -20,11 +20,8 @@ func runOptions(args []string) int {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm options [--format text|markdown|json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == pflag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	if err := gpustack.WriteTable(os.Stdout, *format); err != nil {
 		fmt.Fprintln(os.Stderr, "options:", err)

@@ -24,11 +24,8 @@ func runPlan(args []string) int {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm plan [--distribution D --release R --kernel K ...] [setting flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == pflag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, false); !ok {
+		return code
 	}
 	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
 	if err != nil {

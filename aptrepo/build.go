@@ -194,7 +194,7 @@ func (opts *Options) check() error {
 		return fmt.Errorf("unknown placement %v", opts.Placement)
 	}
 	if ahead := time.Until(opts.Date); ahead > maxDateSkew {
-		return fmt.Errorf("Date %s is %s in the future; apt would refuse the repository as not valid yet",
+		return fmt.Errorf("the Release date %s is %s in the future; apt would refuse the repository as not valid yet",
 			opts.Date.UTC().Format(time.RFC3339), ahead.Round(time.Second))
 	}
 	for field, v := range map[string]string{"Origin": opts.Origin, "Label": opts.Label} {

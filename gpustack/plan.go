@@ -308,7 +308,11 @@ func indent(s string) string {
 // Text renders the plan for people: the build log, golden tests, --dry-run.
 func (p *Plan) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "target: %s, kernels %s\n", p.Target, strings.Join(p.Target.Kernels, " "))
+	installed := strings.Join(p.Target.Kernels, " ")
+	if installed == "" {
+		installed = "resolved at build time"
+	}
+	fmt.Fprintf(&b, "target: %s, kernels %s\n", p.Target, installed)
 	fmt.Fprintf(&b, "targeted kernels: %s\n", strings.Join(p.Kernels, " "))
 	if p.Driver.Branch != "" {
 		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",

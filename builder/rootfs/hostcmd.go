@@ -62,7 +62,7 @@ func runHost(ctx context.Context, cmd *exec.Cmd) error {
 // lineLog logs complete lines and keeps the last few for error messages.
 type lineLog struct {
 	prefix string
-	// echo, if set, gets each line instead of the log (ui.Message, which
+	// echo, if set, gets each line instead of the log (ui.Say, which
 	// logs it too).
 	echo func(string)
 

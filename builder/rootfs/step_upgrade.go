@@ -49,7 +49,7 @@ func (s *stepUpgrade) Cleanup(multistep.StateBag) {}
 // runInChroot runs command through comm, its output shown line by line,
 // and fails with the exit status and the last lines.
 func runInChroot(ctx context.Context, comm packersdk.Communicator, ui packersdk.Ui, command string) error {
-	out := &lineLog{prefix: "chroot", echo: ui.Message}
+	out := &lineLog{prefix: "chroot", echo: ui.Say}
 	rc := &packersdk.RemoteCmd{Command: command, Stdout: out, Stderr: out}
 	if err := comm.Start(ctx, rc); err != nil {
 		return err

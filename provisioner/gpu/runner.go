@@ -387,7 +387,7 @@ func (lw *lineWriter) line(l string) {
 	}
 	if lw.ui != nil {
 		// Remote output is detail under the step heading, as in packer's shell provisioner.
-		lw.ui.Message(l)
+		lw.ui.Say(l)
 	}
 	lw.lines = append(lw.lines, l)
 	if len(lw.lines) > tailLines {
