@@ -3,6 +3,7 @@ package aptrepo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,5 +104,66 @@ func TestRunCommand(t *testing.T) {
 	code, _, stderr = runCLI("--debs", debs, "--out", t.TempDir()+"/r", "--key", keys["rsa1024"])
 	if code != 1 || !strings.Contains(stderr, "RSA key of 1024 bits") {
 		t.Errorf("weak key: exit %d, %q", code, stderr)
+	}
+}
+
+// A directory that merely holds a file named Release is not ours: --out
+// refuses it and deletes nothing. One this tool wrote is replaced.
+func TestRunCommandRefusesForeignOut(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "1714564800")
+	debs := t.TempDir()
+	smallRepoDebs(t, debs)
+	out := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(out, "data.txt"), []byte("x\n"), 0o644))
+	must(os.WriteFile(filepath.Join(out, ReleaseFile), nil, 0o644))
+	code, _, stderr := runCLI("--debs", debs, "--out", out)
+	if code == 0 || !strings.Contains(stderr, "did not write") || !strings.Contains(stderr, MarkerFile) {
+		t.Errorf("foreign --out: exit %d, %q", code, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "data.txt")); err != nil || string(b) != "x\n" {
+		t.Fatalf("data.txt lost: %v", err)
+	}
+
+	repo := filepath.Join(t.TempDir(), "repo")
+	for i := 0; i < 2; i++ {
+		if code, _, stderr := runCLI("--debs", debs, "--out", repo); code != 0 {
+			t.Fatalf("build %d into its own output: exit %d, %s", i+1, code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(repo, MarkerFile)); err != nil {
+		t.Errorf("no marker in the repository: %v", err)
+	}
+}
+
+// Staging directories of a killed run are removed by the next; a live
+// process's are left alone.
+func TestStaleStagingRemoved(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "1714564800")
+	debs := t.TempDir()
+	smallRepoDebs(t, debs)
+	parent := t.TempDir()
+	out := filepath.Join(parent, "repo")
+	dead := filepath.Join(parent, ".repo.tmp-999999999-123") // no such process
+	legacy := filepath.Join(parent, ".repo.tmp-1234567")     // older naming
+	live := filepath.Join(parent, fmt.Sprintf(".repo.tmp-%d-456", os.Getppid()))
+	other := filepath.Join(parent, ".other.tmp-999999999-1") // another output's
+	for _, d := range []string{dead, legacy, live, other} {
+		if err := os.MkdirAll(filepath.Join(d, "pool"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, stderr := runCLI("--debs", debs, "--out", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for d, want := range map[string]bool{dead: false, legacy: false, live: true, other: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s exists=%v, want %v", filepath.Base(d), err == nil, want)
+		}
 	}
 }

@@ -5,7 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
+
+// MarkerFile is written into every repository directory built whole
+// (Copy and Link placements), so that a later build replaces only a
+// directory this tool wrote.
+const MarkerFile = ".podvm-repo"
 
 // File modes of the repository: world-readable, since apt's download
 // method reads it as the unprivileged _apt user.
@@ -33,7 +41,8 @@ func newStage(out string, indexOnly bool) (*stage, error) {
 	case err == nil && !fi.IsDir():
 		return nil, fmt.Errorf("output %s exists and is not a directory", out)
 	case err == nil && indexOnly:
-		dir, err := os.MkdirTemp(out, ".aptrepo-tmp-")
+		removeStale(out, ".aptrepo-tmp-")
+		dir, err := os.MkdirTemp(out, stagePrefix(".aptrepo-tmp-"))
 		if err != nil {
 			return nil, fmt.Errorf("create staging directory: %w", err)
 		}
@@ -49,7 +58,8 @@ func newStage(out string, indexOnly bool) (*stage, error) {
 	if err := os.MkdirAll(parent, dirMode); err != nil {
 		return nil, fmt.Errorf("create output parent: %w", err)
 	}
-	dir, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-")
+	removeStale(parent, "."+filepath.Base(out)+".tmp-")
+	dir, err := os.MkdirTemp(parent, stagePrefix("."+filepath.Base(out)+".tmp-"))
 	if err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
@@ -62,7 +72,8 @@ func newStage(out string, indexOnly bool) (*stage, error) {
 }
 
 // replaceable refuses to replace a directory that is neither empty nor a
-// repository: a mistyped --out must not delete someone's files.
+// repository this tool wrote: a mistyped --out must not delete someone's
+// files, and a Release file alone does not make a directory ours.
 func replaceable(out string) error {
 	entries, err := os.ReadDir(out)
 	if err != nil {
@@ -71,12 +82,46 @@ func replaceable(out string) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	for _, name := range []string{ReleaseFile, InReleaseFile} {
-		if _, err := os.Lstat(filepath.Join(out, name)); err == nil {
-			return nil
-		}
+	if fi, err := os.Lstat(filepath.Join(out, MarkerFile)); err == nil && fi.Mode().IsRegular() {
+		return nil
 	}
-	return fmt.Errorf("output %s is a non-empty directory without a Release file; refusing to replace it", out)
+	return fmt.Errorf("output %s is a non-empty directory this tool did not write (it has no %s); refusing to replace it: choose another output directory, or empty it yourself", out, MarkerFile)
+}
+
+// stagePrefix names a staging directory after the process that owns it,
+// so a later run can tell a live build's staging from a killed one's.
+func stagePrefix(prefix string) string {
+	return prefix + strconv.Itoa(os.Getpid()) + "-"
+}
+
+// removeStale removes staging directories named prefix<pid>-* in dir whose
+// process is gone (SIGKILL skips every cleanup), and those of versions that
+// did not name the process.
+func removeStale(dir, prefix string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if pidText, _, ok := strings.Cut(rest, "-"); ok {
+			if pid, err := strconv.Atoi(pidText); err == nil && processAlive(pid) {
+				continue
+			}
+		}
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // commit moves the staged repository into place.
@@ -92,6 +137,9 @@ func (s *stage) commit(files []string) error {
 		}
 		s.done = true
 		return os.Remove(s.dir)
+	}
+	if err := writeFile(filepath.Join(s.dir, MarkerFile), []byte("A repository written by packer-plugin-podvm; a later build may replace this directory.\n")); err != nil {
+		return err
 	}
 	if err := syncDir(s.dir); err != nil {
 		return err
