@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,57 @@ func TestFlagErrorsAreReported(t *testing.T) {
 				t.Errorf("%v: stderr lacks %q:\n%s", tt.args, w, out)
 			}
 		}
+	}
+}
+
+// The generator checks what is local (--output, --podvm-bin, the signing
+// key, SOURCE_DATE_EPOCH) before anything reaches the network; the
+// toolkit key URL here cannot be fetched, so reaching it would show.
+func TestMkosiChecksLocalThingsFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	full := filepath.Join(dir, "full")
+	garbage := filepath.Join(dir, "key.asc")
+	for _, f := range []string{file, filepath.Join(full, "x")} {
+		os.MkdirAll(filepath.Dir(f), 0o755)
+		os.WriteFile(f, nil, 0o644)
+	}
+	os.WriteFile(garbage, []byte("not a key\n"), 0o600)
+	t.Setenv("NVIDIA_CONTAINER_TOOLKIT_REPO_URL", "https://unreachable.invalid/deb")
+	tests := []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--output", file}, "exists and is not a directory"},
+		{nil, []string{"--output", full}, "is not empty; use --force"},
+		{nil, []string{"--output", filepath.Join(dir, "new"), "--podvm-bin", "bin/podvm"}, "--podvm-bin \"bin/podvm\" is relative"},
+		{map[string]string{"SOURCE_DATE_EPOCH": "99999999999"}, []string{"--output", filepath.Join(dir, "new")}, "source_date_epoch (SOURCE_DATE_EPOCH): 99999999999"},
+		{map[string]string{"LOCAL_REPO_SIGNING_KEY": garbage}, []string{"--output", filepath.Join(dir, "new")}, "local_repo_signing_key: key " + garbage},
+	}
+	for _, tt := range tests {
+		for k, v := range tt.env {
+			t.Setenv(k, v)
+		}
+		var code int
+		out := captureStderr(t, func() { code = runMkosi(tt.args) })
+		for k := range tt.env {
+			os.Unsetenv(k)
+		}
+		if code != 2 || !strings.Contains(out, tt.want) || strings.Contains(out, "unreachable.invalid") {
+			t.Errorf("mkosi %v: exit %d, stderr:\n%s\nwant exit 2 and %q, before any key fetch", tt.args, code, out, tt.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); err == nil {
+		t.Error("a refused run wrote its output directory")
+	}
+}
+
+func TestPlanRefusesFarFutureEpoch(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "99999999999")
+	var code int
+	out := captureStderr(t, func() { code = runPlan(nil) })
+	if code != 2 || !strings.Contains(out, "apt would refuse the repository as not valid yet") {
+		t.Errorf("plan: exit %d, %s", code, out)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 	"github.com/podvm-gpu/packer-plugin-podvm/mkosi"
@@ -67,6 +70,22 @@ func runMkosi(args []string) int {
 		return 2
 	}
 	t.KernelsAtBuildTime = true
+	// Local things first: nothing below may hide them behind a network
+	// error (fetching a repository key).
+	if err := mkosi.CheckOutput(*out, *force); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *bin != "" && !filepath.IsAbs(*bin) {
+		fmt.Fprintf(os.Stderr, "mkosi: --podvm-bin %q is relative; mkosi runs it from its own working directory, so give an absolute path\n", *bin)
+		return 2
+	}
+	if errs := artifact.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(os.Stderr, "mkosi:", e)
+		}
+		return 2
+	}
 	archive, security, err := mkosiMirrors(hostapt.Dir, t, mirrorFlag{*mirror, fs.Changed("mirror")}, mirrorFlag{*securityMirror, fs.Changed("security-mirror")}, os.Stdout, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkosi:", err)

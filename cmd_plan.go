@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -30,6 +32,12 @@ func runPlan(args []string) int {
 	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)
+		return 2
+	}
+	if errs := artifact.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(os.Stderr, "plan:", e)
+		}
 		return 2
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)

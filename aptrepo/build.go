@@ -182,6 +182,24 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	return res, nil
 }
 
+// CheckDate applies apt's rule for a repository's Date to date, as of now:
+// more than a minute ahead, and apt refuses the repository as not valid
+// yet. Entry points call it when they validate settings, long before a
+// build signs anything.
+func CheckDate(date, now time.Time) error {
+	// Seconds, not a Duration: a Duration saturates at 292 years.
+	ahead := date.Unix() - now.Unix()
+	if ahead <= int64(maxDateSkew/time.Second) {
+		return nil
+	}
+	how := (time.Duration(ahead) * time.Second).String()
+	if ahead > 2*86400 {
+		how = fmt.Sprintf("%d days", ahead/86400)
+	}
+	return fmt.Errorf("the Release date %s is %s in the future; apt would refuse the repository as not valid yet",
+		date.UTC().Format(time.RFC3339), how)
+}
+
 func (opts *Options) check() error {
 	switch {
 	case opts.Out == "":
@@ -193,9 +211,8 @@ func (opts *Options) check() error {
 	case opts.Placement < Copy || opts.Placement > IndexOnly:
 		return fmt.Errorf("unknown placement %v", opts.Placement)
 	}
-	if ahead := time.Until(opts.Date); ahead > maxDateSkew {
-		return fmt.Errorf("the Release date %s is %s in the future; apt would refuse the repository as not valid yet",
-			opts.Date.UTC().Format(time.RFC3339), ahead.Round(time.Second))
+	if err := CheckDate(opts.Date, time.Now()); err != nil {
+		return err
 	}
 	for field, v := range map[string]string{"Origin": opts.Origin, "Label": opts.Label} {
 		if strings.IndexFunc(v, func(r rune) bool { return unicode.IsControl(r) }) >= 0 {

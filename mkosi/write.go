@@ -15,17 +15,41 @@ import (
 // (mkosi.local.conf, caches, outputs) alone.
 const generatedList = ".podvm-generated"
 
+// CheckOutput says whether Write could write into dir: a missing or empty
+// directory, or with force a non-empty one. The generator calls it before
+// anything slow (fetching keys), so a wrong --output is reported as such.
+func CheckOutput(dir string, force bool) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("mkosi: --output: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("mkosi: --output %s exists and is not a directory; give a directory", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("mkosi: --output: %w", err)
+	}
+	if len(entries) > 0 && !force {
+		return fmt.Errorf("mkosi: --output %s is not empty; use --force to regenerate into it", dir)
+	}
+	return nil
+}
+
 // Write writes files under dir. A dir that exists and is not empty is
 // refused unless force is set; then the files of the previous generation
 // are removed first, so nothing stale stays for mkosi to pick up.
 func Write(dir string, files []File, force bool) error {
+	if err := CheckOutput(dir, force); err != nil {
+		return err
+	}
 	entries, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return fmt.Errorf("mkosi: %w", err)
-	case len(entries) > 0 && !force:
-		return fmt.Errorf("mkosi: %s is not empty; use --force to regenerate into it", dir)
 	case len(entries) > 0:
 		if err := removePrevious(dir); err != nil {
 			return err

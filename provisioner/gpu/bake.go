@@ -469,17 +469,6 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	return true, nil
 }
 
-// loadedFingerprint loads a signing key only to read its fingerprint; the
-// private half is discarded at once.
-func loadedFingerprint(path, passphraseEnv string, now time.Time) (string, error) {
-	s, err := aptrepo.LoadSigner(path, passphraseEnv, now)
-	if err != nil {
-		return "", err
-	}
-	defer s.Discard()
-	return s.Fingerprint(), nil
-}
-
 func fileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -83,9 +83,10 @@ local_repo_path       = "relative/path"
 execute_command = "sudo sh -c"
 env             = { "bad-name" = "x" }
 remote_folder   = "tmp"
-transfer_retries     = -1
+transfer_retries = -1
 `, nil, []string{"execute_command", "bad-name", "remote_folder", "transfer_retries"}},
 		{"broken template", `execute_command = "{{.Command"`, nil, []string{"execute_command"}},
+		{"repository dated in the far future", `source_date_epoch = "99999999999"`, nil, []string{"source_date_epoch", "in the future"}},
 		{"settings and manners together", `
 verify          = "perhaps"
 execute_command = "true"

@@ -23,8 +23,8 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
-	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
 // DefaultExecuteCommand runs each command with the communicator user's
@@ -149,7 +149,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	}
 	p.options = res.Options
 	if err == nil {
-		for _, e := range checkKeys(p.options) {
+		for _, e := range artifact.CheckInputs(p.options, time.Now()) {
 			errs = packersdk.MultiErrorAppend(errs, e)
 		}
 	}
@@ -157,34 +157,6 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 		return errs
 	}
 	return nil
-}
-
-// checkKeys reads the key files the build will use, so a wrong passphrase,
-// an expired key or an unreadable keyring fails packer validate instead of
-// a build that has already spent its time on DKMS. The signing key is
-// loaded and its private half discarded at once; it is loaded again when
-// the repository is signed.
-func checkKeys(o gpustack.Options) []error {
-	var errs []error
-	if o.RepoEnabled() && o.SigningKey != "" {
-		if _, err := loadedFingerprint(o.SigningKey, o.PassphraseEnv, o.Timestamp()); err != nil {
-			errs = append(errs, fmt.Errorf("local_repo_signing_key: %w", err))
-		}
-	}
-	if o.EnableGPU {
-		for _, k := range []struct{ setting, path string }{
-			{"nvidia_cuda_repo_keyring", o.CUDARepoKeyring},
-			{"nvidia_container_toolkit_repo_keyring", o.ToolkitRepoKeyring},
-		} {
-			if k.path == "" {
-				continue
-			}
-			if _, err := repokey.ReadFile(k.path, k.setting); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errs
 }
 
 // Provision detects the image, plans and executes the plan.
@@ -228,6 +200,6 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	if e.indexer == nil {
 		e.indexer = aptrepoIndexer{}
 	}
-	e.signerFingerprint = loadedFingerprint
+	e.signerFingerprint = artifact.SignerFingerprint
 	return e.provision(ctx, o)
 }
