@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Kind is the type of a setting's value.
@@ -430,5 +431,21 @@ type ValueError struct {
 }
 
 func (e *ValueError) Error() string {
-	return fmt.Sprintf("%s: invalid value %q; allowed: %s", e.From.Name(e.Setting), e.Value, e.Allowed)
+	return fmt.Sprintf("%s: invalid value %s; allowed: %s", e.From.Name(e.Setting), Clip(e.Value), e.Allowed)
+}
+
+// clipLimit is how much of a rejected value a message quotes.
+const clipLimit = 120
+
+// Clip quotes v for a message, cut to its first characters when long: a
+// value pasted by mistake (a whole key file, say) must not flood the log.
+func Clip(v string) string {
+	if len(v) <= clipLimit {
+		return strconv.Quote(v)
+	}
+	cut := clipLimit
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes in all)", v[:cut], len(v))
 }

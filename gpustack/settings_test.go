@@ -304,3 +304,17 @@ func TestHCLTypes(t *testing.T) {
 		t.Errorf("options: %+v", r.Options)
 	}
 }
+
+// A huge value is quoted only in part; the message still names the
+// setting, the start of the value, its size and what is allowed.
+func TestLongValueClipped(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	_, err := Resolve(Input{LookupEnv: env(map[string]string{"NVIDIA_DRIVER_VERSION": long})})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	if len(msg) > 1000 || !strings.Contains(msg, "NVIDIA_DRIVER_VERSION: invalid value \"xxxx") || !strings.Contains(msg, "(100000 bytes in all)") || !strings.Contains(msg, "allowed:") {
+		t.Errorf("%d-byte message: %.300s", len(msg), msg)
+	}
+}
