@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
 
 // MarkerFile is written into every repository directory built whole
@@ -41,8 +40,8 @@ func newStage(out string, indexOnly bool) (*stage, error) {
 	case err == nil && !fi.IsDir():
 		return nil, fmt.Errorf("output %s exists and is not a directory", out)
 	case err == nil && indexOnly:
-		removeStale(out, ".aptrepo-tmp-")
-		dir, err := os.MkdirTemp(out, stagePrefix(".aptrepo-tmp-"))
+		staging.RemoveStale(out, ".aptrepo-tmp-")
+		dir, err := os.MkdirTemp(out, staging.Pattern(".aptrepo-tmp-"))
 		if err != nil {
 			return nil, fmt.Errorf("create staging directory: %w", err)
 		}
@@ -58,8 +57,8 @@ func newStage(out string, indexOnly bool) (*stage, error) {
 	if err := os.MkdirAll(parent, dirMode); err != nil {
 		return nil, fmt.Errorf("create output parent: %w", err)
 	}
-	removeStale(parent, "."+filepath.Base(out)+".tmp-")
-	dir, err := os.MkdirTemp(parent, stagePrefix("."+filepath.Base(out)+".tmp-"))
+	staging.RemoveStale(parent, "."+filepath.Base(out)+".tmp-")
+	dir, err := os.MkdirTemp(parent, staging.Pattern("."+filepath.Base(out)+".tmp-"))
 	if err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
@@ -86,42 +85,6 @@ func replaceable(out string) error {
 		return nil
 	}
 	return fmt.Errorf("output %s is a non-empty directory this tool did not write (it has no %s); refusing to replace it: choose another output directory, or empty it yourself", out, MarkerFile)
-}
-
-// stagePrefix names a staging directory after the process that owns it,
-// so a later run can tell a live build's staging from a killed one's.
-func stagePrefix(prefix string) string {
-	return prefix + strconv.Itoa(os.Getpid()) + "-"
-}
-
-// removeStale removes staging directories named prefix<pid>-* in dir whose
-// process is gone (SIGKILL skips every cleanup), and those of versions that
-// did not name the process.
-func removeStale(dir, prefix string) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		if pidText, _, ok := strings.Cut(rest, "-"); ok {
-			if pid, err := strconv.Atoi(pidText); err == nil && processAlive(pid) {
-				continue
-			}
-		}
-		os.RemoveAll(filepath.Join(dir, e.Name()))
-	}
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // commit moves the staged repository into place.

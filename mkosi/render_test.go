@@ -462,3 +462,48 @@ func TestPreludeKernels(t *testing.T) {
 		}
 	}
 }
+
+// A blocked destination is found before anything changes: the tree of the
+// previous generation stays whole, and no staging directory is left.
+func TestWriteForceIsAllOrNothing(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "tree")
+	old := []File{{Path: "mkosi.conf", Mode: 0o644, Data: []byte("old\n")}, {Path: "mkosi.extra/etc/x.conf", Mode: 0o644, Data: []byte("old x\n")}}
+	if err := Write(dir, old, false); err != nil {
+		t.Fatal(err)
+	}
+	// The user's directory stands where the new generation writes a file.
+	if err := os.MkdirAll(filepath.Join(dir, "mkosi.postinst.d/50-podvm.sh/mine"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(parent, ".tree.podvm-tmp-999999999-1")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	next := []File{{Path: "mkosi.conf", Mode: 0o644, Data: []byte("new\n")}, {Path: "mkosi.postinst.d/50-podvm.sh", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}
+	err := Write(dir, next, true)
+	if err == nil || !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("blocked write: %v", err)
+	}
+	for p, want := range map[string]string{"mkosi.conf": "old\n", "mkosi.extra/etc/x.conf": "old x\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != want {
+			t.Errorf("%s after a refused write: %q, %v", p, b, err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(parent, ".tree.podvm-tmp-*")); len(left) > 0 {
+		t.Errorf("staging left behind: %v", left)
+	}
+	// With the way clear, the new generation replaces the old one.
+	if err := os.RemoveAll(filepath.Join(dir, "mkosi.postinst.d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, next, true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "mkosi.conf")); string(b) != "new\n" {
+		t.Errorf("mkosi.conf %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "mkosi.extra")); !os.IsNotExist(err) {
+		t.Errorf("the previous generation's mkosi.extra is still there: %v", err)
+	}
+}
