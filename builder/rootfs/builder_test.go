@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -417,4 +418,89 @@ func TestBuildFromTarball(t *testing.T) {
 		t.Errorf("damaged tarball: %v", err)
 	}
 	assertTornDown(t, out)
+}
+
+// A build killed with SIGKILL leaves its processes running in the tree and
+// its mounts (a bind of a host directory among them). The next -force
+// build kills the processes, unmounts, and replaces the tree without ever
+// deleting through the bind into the host's directory.
+func TestBuildRecoversFromKilledBuild(t *testing.T) {
+	f := newFixture(t, nil)
+	copyCmd := exec.Command("cp", "-a", f.src+"/.", f.out)
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := copyCmd.CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	host := t.TempDir()
+	sentinel := filepath.Join(host, "host-file")
+	if err := os.WriteFile(sentinel, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(host, filepath.Join(f.out, "dev"), "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The orphan: a process whose root is the tree, as a chrooted daemon's.
+	orphan := exec.Command("chroot", f.out, "/bin/sleep", "300")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { orphan.Wait(); close(done) }()
+	t.Cleanup(func() { orphan.Process.Kill() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if ps, _ := chroot.Processes(f.out); len(ps) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the orphan never entered the tree")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	f.builder.config.PackerForce = true
+	ui := &testUi{}
+	if _, err := f.run(context.Background(), ui, &commandHook{}); err != nil {
+		t.Fatalf("%v\n%s", err, ui.output())
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the orphan still runs")
+	}
+	for _, want := range []string{"killed 1 processes that an earlier, interrupted build left running", "sleep (pid", "earlier, interrupted build left under"} {
+		if !strings.Contains(ui.output(), want) {
+			t.Errorf("output lacks %q:\n%s", want, ui.output())
+		}
+	}
+	if b, err := os.ReadFile(sentinel); err != nil || string(b) != "keep\n" {
+		t.Fatalf("the host directory behind the bind lost its file: %q, %v", b, err)
+	}
+	assertTornDown(t, f.out)
+}
+
+// removeTree's second guard sees a file system boundary by itself.
+func TestOtherFileSystem(t *testing.T) {
+	chroottest.RequireRoot(t)
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "a", "mnt")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := otherFileSystem(dir); err != nil || got != "" {
+		t.Fatalf("one file system: %q, %v", got, err)
+	}
+	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(sub, syscall.MNT_DETACH)
+	if got, err := otherFileSystem(dir); err != nil || got != sub {
+		t.Errorf("tmpfs below: %q, %v; want %s", got, err, sub)
+	}
+	if err := removeTree(dir); err == nil {
+		t.Error("removeTree went ahead over a mount")
+	}
 }

@@ -3,8 +3,11 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
@@ -53,11 +56,7 @@ func (s *session) takeDown() error {
 		// keep the mounts busy; they belong to the build, so they go.
 		killed, err := chroot.KillProcesses(s.root, killWait)
 		if len(killed) > 0 {
-			names := make([]string, len(killed))
-			for i, p := range killed {
-				names[i] = p.String()
-			}
-			s.ui.Error(fmt.Sprintf("Warning: killed processes still running in the chroot: %s", strings.Join(names, ", ")))
+			s.ui.Error(fmt.Sprintf("Warning: killed processes still running in the chroot: %s", processList(killed)))
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -102,10 +101,61 @@ func removeTree(dir string) error {
 	if len(left) > 0 {
 		return fmt.Errorf("refusing to remove %s: still mounted below it: %s", dir, strings.Join(left, ", "))
 	}
+	// A second guard that needs no mount table: a directory on another
+	// file system (a bind of the host's /dev that mountinfo does not show
+	// in this namespace, say) stops the removal before anything is gone.
+	if other, err := otherFileSystem(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	} else if other != "" {
+		return fmt.Errorf("refusing to remove %s: %s lies on another file system (a mount?)", dir, other)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
+}
+
+// otherFileSystem returns the first directory below dir that lies on
+// another device than dir itself, or "".
+func otherFileSystem(dir string) (string, error) {
+	var root syscall.Stat_t
+	if err := syscall.Lstat(dir, &root); err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return "", nil
+		}
+		return "", err
+	}
+	found := ""
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return nil
+		}
+		if st.Dev != root.Dev {
+			found = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found, err
+}
+
+// processList names processes for a message.
+func processList(ps []chroot.Process) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // emptyTree removes what is inside dir, with removeTree's guard.

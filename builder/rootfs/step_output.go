@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/mount"
 )
 
@@ -77,8 +78,21 @@ func (s *stepOutputDir) Run(_ context.Context, state multistep.StateBag) multist
 	case !fi.IsDir():
 		return halt(state, fmt.Errorf("output_directory %s exists and is not a directory", dir))
 	default:
-		// We hold the lock, so no live build owns mounts under the
-		// directory: any there were left by one that crashed.
+		// We hold the lock, so no live build owns mounts or processes
+		// under the directory: any there were left by one that was killed
+		// (SIGKILL skips every cleanup). Its processes go first: they
+		// keep the mounts busy and would run on in a deleted tree.
+		real := dir
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			real = r
+		}
+		killed, err := chroot.KillProcesses(real, killWait)
+		if len(killed) > 0 {
+			ui.Error(fmt.Sprintf("Warning: killed %d processes that an earlier, interrupted build left running in %s: %s", len(killed), dir, processList(killed)))
+		}
+		if err != nil {
+			return halt(state, fmt.Errorf("output_directory: %w", err))
+		}
 		found, err := mount.Sweep(dir, sess.mounts.Warn)
 		if len(found) > 0 {
 			ui.Error(fmt.Sprintf("Warning: unmounted %d mounts that an earlier, interrupted build left under %s", len(found), dir))
