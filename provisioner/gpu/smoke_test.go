@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -12,29 +13,27 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // TestSmokeChroot runs the provisioner for real, through the project's
-// chroot communicator, on a Debian root file system unpacked from a
-// tarball (for instance the podvm-rootfs builder's debootstrap cache):
+// chroot communicator, on a Debian trixie minbase tree: the tarball named
+// by PODVM_SMOKE_TARBALL, else the podvm-rootfs builder's newest cached
+// base tree under $PODVM_CACHE, else a fresh debootstrap from the host's
+// Debian mirror.
 //
-//	PODVM_SMOKE_TARBALL=/var/cache/podvm-rootfs/debootstrap-trixie-minbase-amd64-....tar.zst \
-//	  go test ./provisioner/gpu -run TestSmokeChroot -v -timeout 30m
+//	go test ./provisioner/gpu -run TestSmokeChroot -v -timeout 30m
 //
-// It needs root and the distro archive. It bakes the repository (GPU off,
-// so no NVIDIA repositories are needed) for the archive's current kernel,
-// runs the offline apt self-test, then runs a second time to check the
-// provisioner is idempotent. With PODVM_SMOKE_GPU=1 it installs the GPU
-// stack from the distro archive too (DKMS build: about 10 minutes on 2
-// cores), without the container toolkit, whose repository is NVIDIA's.
+// It needs root and the distro archive (make check runs it). It bakes the
+// repository (GPU off, so no NVIDIA repositories are needed) for the
+// archive's current kernel, runs the offline apt self-test, then runs a
+// second time to check the provisioner is idempotent. With
+// PODVM_SMOKE_GPU=1 it installs the GPU stack from the distro archive too
+// (DKMS build: about 10 minutes on 2 cores), without the container
+// toolkit, whose repository is NVIDIA's.
 func TestSmokeChroot(t *testing.T) {
-	tarball := os.Getenv("PODVM_SMOKE_TARBALL")
-	if tarball == "" {
-		t.Skip("set PODVM_SMOKE_TARBALL to a root file system tarball to run")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	chroottest.RequireRoot(t)
 	root := filepath.Join(t.TempDir(), "root")
 	sh := func(cmd string) string {
 		t.Helper()
@@ -44,7 +43,17 @@ func TestSmokeChroot(t *testing.T) {
 		}
 		return string(out)
 	}
-	sh("mkdir -p " + root + " && tar --zstd -xpf " + tarball + " -C " + root)
+	if tarball := smokeTarball(); tarball != "" {
+		t.Logf("base tree from %s", tarball)
+		sh("mkdir -p " + root + " && tar --zstd -xpf " + tarball + " -C " + root)
+	} else {
+		chroottest.RequireTools(t, "debootstrap")
+		mirror, _ := hostapt.ArchiveMirror(hostapt.Read(hostapt.Dir), "debian", "trixie")
+		t.Logf("no cached base tree: debootstrap trixie from %s", orDefaultMirror(mirror))
+		start := time.Now()
+		sh("debootstrap --variant=minbase trixie " + root + " " + mirror + " >/dev/null")
+		t.Logf("debootstrap took %s", time.Since(start).Round(time.Second))
+	}
 	for _, m := range []string{"proc", "sys", "dev"} {
 		sh("mount --rbind /" + m + " " + root + "/" + m + " && mount --make-rslave " + root + "/" + m)
 	}
@@ -118,3 +127,28 @@ type testUi struct {
 func (u *testUi) Say(s string)     { u.t.Log(s) }
 func (u *testUi) Message(s string) { u.t.Log(s) }
 func (u *testUi) Error(s string)   { u.t.Log("error: " + s) }
+
+// smokeTarball is PODVM_SMOKE_TARBALL, else the newest trixie minbase tree
+// in the builder's cache, else "".
+func smokeTarball() string {
+	if t := os.Getenv("PODVM_SMOKE_TARBALL"); t != "" {
+		return t
+	}
+	cache := os.Getenv("PODVM_CACHE")
+	if cache == "" {
+		return ""
+	}
+	matches, _ := filepath.Glob(filepath.Join(cache, "rootfs", "debootstrap-trixie-minbase-amd64-*.tar.zst"))
+	if len(matches) == 0 {
+		return ""
+	}
+	sort.Strings(matches) // the UTC day is in the name
+	return matches[len(matches)-1]
+}
+
+func orDefaultMirror(m string) string {
+	if m == "" {
+		return "debootstrap's default mirror"
+	}
+	return m
+}
