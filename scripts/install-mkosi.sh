@@ -5,7 +5,7 @@
 # and runs on bookworm's python3.
 #
 # Usage: scripts/install-mkosi.sh [--print-env | --print-mirror]
-#   Cache: $PODVM_CACHE/mkosi (default: .cache/mkosi in the repository).
+#   Cache: $PODVM_CACHE/mkosi (default: ${XDG_CACHE_HOME:-~/.cache}/podvm/mkosi).
 #   Version: $MKOSI_VERSION (default 25.3-7), suite $MKOSI_SUITE (trixie).
 #   Mirror: the host's first Debian mirror, or $MKOSI_MIRROR.
 # Idempotent: a second run with the same version does nothing.
@@ -16,7 +16,7 @@ set -eu
 version=${MKOSI_VERSION:-25.3-7}
 suite=${MKOSI_SUITE:-trixie}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cache=${PODVM_CACHE:-$root/.cache}/mkosi
+cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}/mkosi
 dest=$cache/$version
 pypath=$dest/usr/lib/python3/dist-packages
 

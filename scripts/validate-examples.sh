@@ -20,15 +20,15 @@
 # installed with every plugin into $PACKER_PLUGIN_PATH (default
 # $PODVM_CACHE/packer-plugins, the directory `make image` uses).
 #
-# Environment: PODVM_CACHE (default .cache), PACKER_PLUGIN_PATH, PACKER
-# (default bin/packer), GO (default go).
+# Environment: PODVM_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/podvm),
+# PACKER_PLUGIN_PATH, PACKER (required; make sets it), GO (default go).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 GO="${GO:-go}"
-PACKER="${PACKER:-$root/bin/packer}"
-PODVM_CACHE="${PODVM_CACHE:-$root/.cache}"
+PACKER="${PACKER:?set PACKER to the packer binary (make validate-examples sets it)}"
+PODVM_CACHE="${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}"
 mkdir -p "$PODVM_CACHE"
 PODVM_CACHE="$(cd "$PODVM_CACHE" && pwd)"
 export PACKER_PLUGIN_PATH="${PACKER_PLUGIN_PATH:-$PODVM_CACHE/packer-plugins}"

@@ -16,7 +16,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-cache=${PODVM_CACHE:-$root/.cache}
+cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}
 tree=${PODVM_MKOSI_TREE:-$here/tree}
 output=${PODVM_MKOSI_OUTPUT:-$here/output}
 

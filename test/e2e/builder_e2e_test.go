@@ -1,13 +1,14 @@
 //go:build e2e
 
-// End-to-end tests of the podvm-rootfs builder: the real packer (bin/packer)
+// End-to-end tests of the podvm-rootfs builder: the real packer ($PACKER)
 // runs the real plugin as root, debootstrapping Debian trixie through the
 // base tree cache. Run them with
 //
 //	go test -tags e2e -run 'TestBuilder' -v ./test/e2e/
 //
 // They need root, debootstrap, network access to a Debian mirror (the
-// first run of a UTC day; later runs hit the cache) and bin/packer.
+// first run of a UTC day; later runs hit the cache) and packer: $PACKER,
+// which make sets to its pinned build.
 package e2e
 
 import (
@@ -62,10 +63,10 @@ func setupBuilderEnv(t *testing.T) *builderEnv {
 	root := builderRepoRoot(t)
 	packer := os.Getenv("PACKER")
 	if packer == "" {
-		packer = filepath.Join(root, "bin/packer")
+		t.Fatal("PACKER is not set: run the e2e tests through make test-e2e, which builds the pinned packer and sets it")
 	}
 	if _, err := os.Stat(packer); err != nil {
-		t.Fatalf("packer not found at %s: build it (cd tools/packer && go build -o ../../bin/packer github.com/hashicorp/packer) or set PACKER", packer)
+		t.Fatalf("packer not found at %s: run make tools, or set PACKER to a packer binary", packer)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "packer-plugin-podvm")

@@ -54,7 +54,7 @@ func TestImageE2E(t *testing.T) {
 	root := builderRepoRoot(t)
 	cache := os.Getenv("PODVM_CACHE")
 	if cache == "" {
-		cache = filepath.Join(root, ".cache")
+		cache = filepath.Join(userCacheDir(t), "podvm")
 	}
 	mirror := startToolkitMirror(t, root, cache)
 	settings := e2eSettings(mirror)
@@ -84,6 +84,15 @@ func TestImageE2E(t *testing.T) {
 	})
 
 	t.Run("equivalence", func(t *testing.T) { compareImages(t, rootfs, image) })
+}
+
+// userCacheDir is the user's cache directory ($XDG_CACHE_HOME or
+// ~/.cache), where make keeps $PODVM_CACHE by default.
+func userCacheDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.UserCacheDir()
+	must(t, err)
+	return d
 }
 
 func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []string) (rootfs, arts string) {
