@@ -110,7 +110,7 @@ func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []stri
 	t.Logf("packer build of example/local took %s", time.Since(start).Round(time.Second))
 	logTimings(t, out.String())
 	if err != nil {
-		t.Fatalf("packer build: %v\n%s", err, tail(out.String(), 80))
+		t.Fatalf("packer build: %v; its whole output:\n%s", err, out.String())
 	}
 	assertRootfsClean(t, rootfs)
 	return rootfs, arts
@@ -144,7 +144,7 @@ func buildWithMkosi(t *testing.T, env *builderEnv, root, cache string, settings 
 	err = cmd.Run()
 	t.Logf("mkosi build took %s", time.Since(start).Round(time.Second))
 	if err != nil {
-		t.Fatalf("mkosi build: %v\n%s", err, tail(log.String(), 80))
+		t.Fatalf("mkosi build: %v; its whole output:\n%s", err, log.String())
 	}
 	return filepath.Join(out, "image"), filepath.Join(out, "podvm-artifacts")
 }
@@ -174,7 +174,7 @@ func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []strin
 	disk, uki = filepath.Join(out, "image.raw"), filepath.Join(out, "image.efi")
 	for _, f := range []string{disk, uki} {
 		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("make mkosi left no %s: %v\n%s", filepath.Base(f), err, tail(log.String(), 40))
+			t.Fatalf("make mkosi left no %s: %v\n%s", filepath.Base(f), err, log.String())
 		}
 	}
 	return disk, uki
