@@ -222,9 +222,9 @@ func runCheckKeys(args []string) int {
 		return 1
 	}
 	if len(found) > 0 {
-		fmt.Fprintf(os.Stderr, "mkosi check-keys: OpenPGP secret-key material in %s\n", strings.Join(found, ", "))
+		fmt.Fprintf(os.Stderr, "mkosi check-keys: private key material in the image:\n  %s\n", strings.Join(found, "\n  "))
 		return 1
 	}
-	fmt.Printf("  no OpenPGP secret-key packet in the key files (*.gpg, *.asc, *.key) below %s\n", strings.Join(fs.Args(), " "))
+	fmt.Printf("  no private key material (PEM, OpenSSH, OpenPGP, DER) in any file below %s\n", strings.Join(fs.Args(), " "))
 	return 0
 }

@@ -7,7 +7,11 @@ package artifact
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +31,9 @@ const (
 	ValuesFile    = "gpu-operator-values.yaml"
 	KeyFile       = "keyring.asc"
 	ManifestFile  = "manifest.json"
+	// The module signing certificate: DER for mokutil --import, and PEM.
+	ModuleCertDERFile = "module-signing.der"
+	ModuleCertPEMFile = "module-signing.pem"
 )
 
 // Defaults for the GPU Operator objects.
@@ -47,6 +54,21 @@ type Manifest struct {
 	Repo          *Repo    `json:"repo,omitempty"`
 }
 
+// ModuleSigning records the signer every NVIDIA module carries and the
+// certificate to enroll; never a private key, which no build keeps.
+type ModuleSigning struct {
+	Mode       string `json:"mode"`                  // ephemeral or none
+	Signer     string `json:"signer,omitempty"`      // modinfo's signer
+	CertSHA256 string `json:"cert_sha256,omitempty"` // of the DER certificate
+}
+
+// CertSHA256 is the fingerprint the manifest records for a DER
+// certificate.
+func CertSHA256(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
 // Target identifies the image.
 type Target struct {
 	Distro   string `json:"distro"`
@@ -62,6 +84,8 @@ type GPU struct {
 	Flavour        string    `json:"kernel_modules"`
 	Source         string    `json:"driver_source"`
 	Modules        []string  `json:"modules"`
+	// ModuleSigning is how the NVIDIA modules are signed.
+	ModuleSigning *ModuleSigning `json:"module_signing,omitempty"`
 	Toolkit        bool      `json:"container_toolkit"`
 	ToolkitVersion string    `json:"container_toolkit_version,omitempty"`
 	HookMode       string    `json:"hook_mode,omitempty"`
@@ -121,6 +145,9 @@ func NewManifest(p *gpustack.Plan, generator string) Manifest {
 		}
 		if o.Toolkit {
 			m.GPU.HookMode = string(o.HookMode)
+		}
+		if ms := p.ModuleSigning; ms.Mode != "" {
+			m.GPU.ModuleSigning = &ModuleSigning{Mode: ms.Mode, Signer: ms.Signer}
 		}
 	}
 	return m
@@ -223,6 +250,8 @@ type Set struct {
 	Manifest    Manifest
 	ConfigMap   string // defaults to DefaultConfigMap
 	Namespace   string // defaults to DefaultNamespace
+	// ModuleCert is the module signing certificate (DER), nil for none.
+	ModuleCert []byte
 }
 
 // Write writes every artifact into dir (created 0755 if missing), each file
@@ -246,15 +275,23 @@ func Write(dir string, s Set) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := []struct {
+	type namedFile struct {
 		name string
 		data []byte
-	}{
+	}
+	files := []namedFile{
 		{SourcesFile, []byte(Sources(s.RepoPath, s.KeyringPath))},
 		{ConfigMapFile, cm},
 		{ValuesFile, values},
 		{KeyFile, s.ArmoredKey},
 		{ManifestFile, manifest},
+	}
+	if s.ModuleCert != nil {
+		if _, err := x509.ParseCertificate(s.ModuleCert); err != nil {
+			return nil, fmt.Errorf("module signing certificate: %w", err)
+		}
+		pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ModuleCert})
+		files = append(files, namedFile{ModuleCertDERFile, s.ModuleCert}, namedFile{ModuleCertPEMFile, pemCert})
 	}
 	var paths []string
 	for _, f := range files {

@@ -91,6 +91,14 @@ const (
 	fabricUnit     = "nvidia-fabricmanager.service"
 	nouveauConf    = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
 	nouveauHook    = "/etc/initramfs-tools/hooks/podvm-no-nouveau"
+	dkmsConf       = "/etc/dkms/framework.conf.d/podvm-gpu.conf"
+	// The module signing certificate stays in the image, to be enrolled
+	// or checked against modinfo's signer.
+	moduleCertDER = "/usr/share/podvm-gpu/module-signing.der"
+	moduleCertPEM = "/usr/share/podvm-gpu/module-signing.pem"
+	// moduleSigner is the certificate's subject, which modinfo reports
+	// as each module's signer.
+	moduleSigner = "podvm-gpu ephemeral module signing key"
 	toolkitPackage = "nvidia-container-toolkit"
 )
 
@@ -168,6 +176,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			SigningKey:  o.SigningKey,
 			Passphrase:  o.PassphraseEnv,
 			OutputDir:   o.OutputDir,
+			ModuleCert:  p.ModuleSigning.CertDER,
 		}
 		if !o.EnableGPU {
 			p.add("apt-update", "Refreshing package lists", AptUpdate{})
@@ -178,6 +187,9 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		var checks []Action
 		if o.EnableGPU {
 			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules})
+			if p.ModuleSigning.Mode == "ephemeral" {
+				checks = append(checks, SignModules{Kernels: kernels, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true})
+			}
 			if o.Toolkit && o.HookMode != HookCDI {
 				checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
 			}
@@ -306,6 +318,16 @@ func gpuSteps(p *Plan, r release, f family) error {
 	}
 	p.add("apt-update", "Refreshing package lists", AptUpdate{})
 
+	signing := dkms && o.ModuleSigning == "ephemeral"
+	if dkms {
+		// Before anything installs DKMS: it would mint a key in the image.
+		p.add("dkms-config", "Keeping DKMS from creating a module signing key in the image",
+			WriteFile{Path: dkmsConf, Mode: modeFile, Owner: "root:root", Content: dkmsConfText, BeforePackages: true})
+	}
+	if signing {
+		// openssl makes the build's key; the kernel's sign-file needs it too.
+		pkgs = append(slices.Clone(pkgs), "openssl")
+	}
 	if dkms {
 		var headers []string
 		for _, k := range ks {
@@ -326,6 +348,13 @@ func gpuSteps(p *Plan, r release, f family) error {
 	if dkms {
 		p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
 			BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
+		if signing {
+			p.add("module-signing", "Signing the NVIDIA modules for "+kernelRange(ks)+" with a key that lives only in memory",
+				SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM})
+			p.ModuleSigning = ModuleSigning{Mode: "ephemeral", Signer: moduleSigner, CertDER: moduleCertDER}
+		} else {
+			p.ModuleSigning = ModuleSigning{Mode: "none"}
+		}
 	} else {
 		p.add("modules", "Checking the precompiled NVIDIA modules for "+kernelRange(ks),
 			CheckModules{Kernels: ks, Modules: d.Modules})

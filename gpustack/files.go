@@ -82,3 +82,95 @@ for d in "${DESTDIR}/lib/modules" "${DESTDIR}/usr/lib/modules"; do
 done
 exit 0
 `
+
+// dkmsConfText keeps DKMS from signing, and so from minting a key pair in
+// the image (it does so whenever openssl is present and its key is
+// missing), now and on any later rebuild on a node: without a sign-file
+// it stops before it looks for a key.
+const dkmsConfText = `# Written by podvm-gpu. DKMS signs nothing and never creates a signing key
+# in the image: podvm-gpu signs the NVIDIA modules at build time with a key
+# that lives only in memory (see nvidia_module_signing). Modules rebuilt on a
+# node by DKMS are unsigned.
+sign_file="/usr/lib/podvm-gpu/dkms-signing-disabled"
+`
+
+// signModulesScript signs, or verifies the signatures of, every NVIDIA
+// module of the kernels given as arguments. Arguments: mode (sign or
+// verify), the certificate subject, the DER and PEM certificate paths,
+// then the kernels. The key is made in /run, which must be a tmpfs, and
+// removed on exit, whatever happens.
+const signModulesScript = `set -eu
+mode=$1 subject=$2 der=$3 pem=$4
+shift 4
+[ $# -gt 0 ] || { echo "podvm-gpu: no kernel to sign modules for" >&2; exit 1; }
+modules() {
+	find "/usr/lib/modules/$1" -name 'nvidia*.ko' -o -name 'nvidia*.ko.xz' -o -name 'nvidia*.ko.zst' -o -name 'nvidia*.ko.gz' | sort
+}
+if [ "$mode" = verify ]; then
+	n=0
+	for k; do
+		for f in $(modules "$k"); do
+			signer=$(modinfo -F signer "$f" 2>/dev/null || true)
+			algo=$(modinfo -F sig_hashalgo "$f" 2>/dev/null || true)
+			case "$algo" in sha256|sha384|sha512) ;; *) echo "$f: signature hash '$algo'; want sha256 or stronger" >&2; exit 1 ;; esac
+			[ "$signer" = "$subject" ] || { echo "$f: signed by '$signer'; want '$subject'" >&2; exit 1; }
+			n=$((n + 1))
+		done
+	done
+	[ "$n" -gt 0 ] || { echo "no NVIDIA module found for kernels $*" >&2; exit 1; }
+	echo "$n NVIDIA modules of kernels $* are signed by '$subject'"
+	exit 0
+fi
+# The key must never reach a disk: /run is a tmpfs at boot, in the builder's
+# chroot and in mkosi's sandbox.
+if [ "$(stat -f -c %T /run)" != tmpfs ]; then
+	echo "podvm-gpu: /run is not a tmpfs; refusing to write a signing key there" >&2
+	exit 1
+fi
+dir=$(mktemp -d /run/podvm-module-signing.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+chmod 700 "$dir"
+openssl req -new -x509 -newkey rsa:3072 -sha256 -nodes -days 36500 -subj "/CN=$subject/" \
+	-addext "extendedKeyUsage=codeSigning" -keyout "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||
+	{ cat "$dir/openssl.log" >&2; exit 1; }
+n=0
+for k; do
+	signfile=""
+	for c in "/usr/lib/linux-kbuild-${k%.*}/scripts/sign-file" "/usr/src/linux-headers-$k/scripts/sign-file" "/usr/lib/modules/$k/build/scripts/sign-file"; do
+		[ -x "$c" ] && { signfile=$c; break; }
+	done
+	[ -n "$signfile" ] || { echo "podvm-gpu: no sign-file for kernel $k (install its headers)" >&2; exit 1; }
+	hash=$(sed -n 's/^CONFIG_MODULE_SIG_HASH="\(.*\)"$/\1/p' "/boot/config-$k" 2>/dev/null || true)
+	[ -n "$hash" ] || hash=sha256
+	for f in $(modules "$k"); do
+		case "$f" in
+		*.ko.xz) xz -dc "$f" >"$dir/m.ko" ;;
+		*.ko.zst) zstd -dcq "$f" >"$dir/m.ko" ;;
+		*.ko.gz) gzip -dc "$f" >"$dir/m.ko" ;;
+		*) cp "$f" "$dir/m.ko" ;;
+		esac
+		# A signature from an earlier run is cut off first: sign-file appends.
+		size=$(stat -c %s "$dir/m.ko")
+		if [ "$(tail -c 28 "$dir/m.ko")" = "~Module signature appended~" ]; then
+			siglen=$(od -An -tu4 --endian=big -j $((size - 32)) -N 4 "$dir/m.ko" | tr -d ' ')
+			truncate -s $((size - 40 - siglen)) "$dir/m.ko"
+		fi
+		"$signfile" "$hash" "$dir/key.pem" "$dir/cert.der" "$dir/m.ko"
+		case "$f" in
+		*.ko.xz) xz --check=crc32 --lzma2=dict=1MiB -6 -c "$dir/m.ko" >"$f.podvm-new" ;;
+		*.ko.zst) zstd -q -c "$dir/m.ko" >"$f.podvm-new" ;;
+		*.ko.gz) gzip -9 -c "$dir/m.ko" >"$f.podvm-new" ;;
+		*) cp "$dir/m.ko" "$f.podvm-new" ;;
+		esac
+		chmod 0644 "$f.podvm-new"
+		mv "$f.podvm-new" "$f"
+		n=$((n + 1))
+	done
+done
+[ "$n" -gt 0 ] || { echo "podvm-gpu: no NVIDIA module found for kernels $*" >&2; exit 1; }
+mkdir -p "$(dirname "$der")" "$(dirname "$pem")"
+install -m 0644 -o root -g root "$dir/cert.der" "$der"
+openssl x509 -inform DER -in "$der" -out "$dir/cert.pem"
+install -m 0644 -o root -g root "$dir/cert.pem" "$pem"
+echo "signed $n NVIDIA modules of kernels $* ($hash) with a key that was never written to the image; certificate $der"
+`

@@ -55,6 +55,7 @@ type Options struct {
 	FabricManager       bool
 	ConfidentialCompute bool
 	GateOnPCI           bool
+	ModuleSigning       string // ephemeral or none
 	Kernels             string // newest, all, or a comma separated list
 
 	LocalRepo         string // auto, yes, no

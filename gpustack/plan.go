@@ -17,7 +17,10 @@ type Plan struct {
 	// Driver is what the plan resolved about the driver; zero when the GPU
 	// stack is off.
 	Driver Driver
-	Steps  []Step
+	// ModuleSigning says how the NVIDIA modules are signed; zero when the
+	// plan builds none.
+	ModuleSigning ModuleSigning
+	Steps         []Step
 	// KernelPackages are the kernel image and headers packages a generator
 	// installs when the kernels are resolved at build time.
 	KernelPackages []string
@@ -30,6 +33,14 @@ type Plan struct {
 	KernelCmdline string
 	// Notes say what the plan decided and why, for the build log.
 	Notes []string
+}
+
+// ModuleSigning is the plan's module signing policy, for the manifest and
+// the comparison of images.
+type ModuleSigning struct {
+	Mode    string // "ephemeral" or "none"; "" for precompiled modules
+	Signer  string // the certificate's subject, modinfo's signer
+	CertDER string // the certificate in the image
 }
 
 // Driver is the resolved driver choice.
@@ -142,6 +153,9 @@ type WriteFile struct {
 	Mode    fs.FileMode
 	Owner   string // user:group
 	Content string
+	// BeforePackages: the file must be in place before any package of
+	// the plan is installed (a generator puts it in its skeleton tree).
+	BeforePackages bool
 }
 
 // EnableUnits enables systemd units.
@@ -154,6 +168,27 @@ type BuildModules struct{ Kernels []string }
 type CheckModules struct {
 	Kernels []string
 	Modules []string
+}
+
+// SignModules signs every NVIDIA module of each kernel with a key made for
+// this build in /run, a tmpfs that never becomes part of the image's disk,
+// and removed when the command ends; the certificate stays in the image at
+// CertDER and CertPEM. Verify checks the signatures instead.
+type SignModules struct {
+	Kernels          []string
+	Subject          string // the certificate's CN: modinfo's signer
+	CertDER, CertPEM string
+	Verify           bool
+}
+
+// Command is the shell command that signs (or verifies), the same text
+// for every back end; the kernels follow it as arguments.
+func (a SignModules) Command() string {
+	mode := "sign"
+	if a.Verify {
+		mode = "verify"
+	}
+	return "sh -c " + shQuote(signModulesScript) + " podvm-sign-modules " + shQuote(mode) + " " + shQuote(a.Subject) + " " + shQuote(a.CertDER) + " " + shQuote(a.CertPEM)
 }
 
 // UpdateInitramfs regenerates the initramfs of each kernel, where the image
@@ -183,6 +218,10 @@ type BakeRepo struct {
 	SigningKey  string
 	Passphrase  string // environment variable name
 	OutputDir   string // host-side artifacts
+	// ModuleCert is the module signing certificate (DER) in the image, which
+	// the bake copies beside the image and records in the manifest; "" when
+	// the modules are not signed by the build.
+	ModuleCert string
 }
 
 // SourcesPath is the in-image sources file when SourcesFile is set.
@@ -241,7 +280,11 @@ func (a Install) describe() string {
 }
 
 func (a WriteFile) describe() string {
-	return fmt.Sprintf("write %s (%s %04o)\n%s", a.Path, a.Owner, a.Mode, indent(a.Content))
+	early := ""
+	if a.BeforePackages {
+		early = ", before any package"
+	}
+	return fmt.Sprintf("write %s (%s %04o%s)\n%s", a.Path, a.Owner, a.Mode, early, indent(a.Content))
 }
 
 func (a EnableUnits) describe() string { return "enable units " + strings.Join(a.Units, " ") }
@@ -253,6 +296,16 @@ func (a BuildModules) describe() string {
 func (a CheckModules) describe() string {
 	return fmt.Sprintf("check modules %s for kernels %s", strings.Join(a.Modules, " "), strings.Join(a.Kernels, " "))
 }
+
+func (a SignModules) describe() string {
+	if a.Verify {
+		return fmt.Sprintf("verify that every NVIDIA module of kernels %s is signed by %q", strings.Join(a.Kernels, " "), a.Subject)
+	}
+	return fmt.Sprintf("sign every NVIDIA module of kernels %s with an ephemeral key (%q, in /run only); certificate %s, %s", strings.Join(a.Kernels, " "), a.Subject, a.CertDER, a.CertPEM)
+}
+
+// shQuote quotes s as one POSIX shell word.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func (a UpdateInitramfs) describe() string {
 	return "update initramfs for kernels " + strings.Join(a.Kernels, " ")
@@ -317,6 +370,13 @@ func (p *Plan) Text() string {
 	if p.Driver.Branch != "" {
 		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
 			p.Driver.Branch, orDefault(p.Driver.Version, "newest of the branch"), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
+	}
+	if ms := p.ModuleSigning; ms.Mode != "" {
+		fmt.Fprintf(&b, "module signing: %s", ms.Mode)
+		if ms.Signer != "" {
+			fmt.Fprintf(&b, ", signer %q, certificate %s", ms.Signer, ms.CertDER)
+		}
+		b.WriteString("\n")
 	}
 	if len(p.BootPackages) > 0 {
 		fmt.Fprintf(&b, "boot packages: %s\nkernel command line: %s\n", strings.Join(p.BootPackages, " "), p.KernelCmdline)

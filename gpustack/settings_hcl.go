@@ -38,6 +38,8 @@ type Settings struct {
 	NvidiaConfidentialCompute *string `mapstructure:"nvidia_confidential_compute" required:"false"`
 	// Start GPU-only units only when an NVIDIA PCI device (vendor 10de) is present, so one image serves GPU and non-GPU VMs. Environment: `NVIDIA_GATE_ON_PCI`; default: yes.
 	NvidiaGateOnPCI *string `mapstructure:"nvidia_gate_on_pci" required:"false"`
+	// How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); none leaves them unsigned. Either way DKMS never mints a key in the image. Environment: `NVIDIA_MODULE_SIGNING`; default: ephemeral.
+	NvidiaModuleSigning *string `mapstructure:"nvidia_module_signing" required:"false"`
 	// Image kernels to build modules and bake packages for: newest, all, or a list of versions. Environment: `PODVM_KERNELS`; default: newest.
 	Kernels *string `mapstructure:"kernels" required:"false"`
 	// Bake the signed node-local apt repository; auto follows enable_nvidia_gpu. Environment: `LOCAL_REPO`; default: auto.
@@ -116,6 +118,9 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.NvidiaGateOnPCI != nil {
 		m["nvidia_gate_on_pci"] = Scalar(*s.NvidiaGateOnPCI)
+	}
+	if s.NvidiaModuleSigning != nil {
+		m["nvidia_module_signing"] = Scalar(*s.NvidiaModuleSigning)
 	}
 	if s.Kernels != nil {
 		m["kernels"] = Scalar(*s.Kernels)

@@ -75,8 +75,17 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 		}
 	}
 
+	var cert []byte
+	if spec.ModuleCert != "" {
+		if cert, err = os.ReadFile(filepath.Join(b.Root, filepath.FromSlash(spec.ModuleCert))); err != nil {
+			return nil, fmt.Errorf("bake-repo: the module signing certificate: %w", err)
+		}
+	}
 	m := spec.Manifest
 	m.Stamp(date)
+	if m.GPU != nil && m.GPU.ModuleSigning != nil && cert != nil {
+		m.GPU.ModuleSigning.CertSHA256 = artifact.CertSHA256(cert)
+	}
 	m.Kernels = b.Kernels
 	m.Repo = artifact.NewRepo(spec.Dir, spec.Keyring, res.Fingerprint, res.Packages)
 	if m.GPU != nil {
@@ -95,7 +104,7 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	}
 	if b.ArtifactsDir != "" {
 		if _, err := artifact.Write(b.ArtifactsDir, artifact.Set{
-			RepoPath: spec.Dir, KeyringPath: spec.Keyring, ArmoredKey: signer.ArmoredPublicKey(), Manifest: m,
+			RepoPath: spec.Dir, KeyringPath: spec.Keyring, ArmoredKey: signer.ArmoredPublicKey(), Manifest: m, ModuleCert: cert,
 		}); err != nil {
 			return nil, fmt.Errorf("bake-repo: %w", err)
 		}

@@ -186,8 +186,12 @@ func (r *renderer) header(name string) string {
 // such steps run in the finalize script, after mkosi's own final steps.
 func verifying(s gpustack.Step) bool {
 	for _, a := range s.Actions {
-		switch a.(type) {
+		switch a := a.(type) {
 		case gpustack.CheckModules, gpustack.VerifyRepo, gpustack.VerifyExecutable:
+		case gpustack.SignModules:
+			if !a.Verify {
+				return false
+			}
 		default:
 			return false
 		}
@@ -246,8 +250,14 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		if !path.IsAbs(a.Path) {
 			return fmt.Errorf("file %q: not an absolute path", a.Path)
 		}
-		r.files.add(r.prefix+"mkosi.extra"+a.Path, a.Mode, []byte(a.Content))
-		fmt.Fprintf(b, "echo %s\nexists %s\n", sq("  extra tree: "+a.Path), sq(a.Path))
+		// The skeleton tree is in place before packages are installed, the
+		// extra tree after.
+		tree := "mkosi.extra"
+		if a.BeforePackages {
+			tree = "mkosi.skeleton"
+		}
+		r.files.add(r.prefix+tree+a.Path, a.Mode, []byte(a.Content))
+		fmt.Fprintf(b, "echo %s\nexists %s\n", sq("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), sq(a.Path))
 	case gpustack.EnableUnits:
 		r.units = append(r.units, a.Units...)
 		fmt.Fprintf(b, "enable_units %s\n", shellWords(a.Units))
@@ -255,6 +265,10 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		b.WriteString("for k in $kernels; do\n\techo \"  dkms autoinstall -k $k\"\n\tmkosi-chroot dkms autoinstall -k \"$k\"\ndone\n")
 	case gpustack.CheckModules:
 		fmt.Fprintf(b, "check_modules %s\n", shellWords(a.Modules))
+	case gpustack.SignModules:
+		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
+		// made, used and gone within this one command.
+		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.UpdateInitramfs:
 		b.WriteString(updateInitramfs)
 	case gpustack.ToolkitConfig:
@@ -292,6 +306,7 @@ type bakeSpec struct {
 	SigningKey  string   `json:"signing_key,omitempty"` // relative to $SRCDIR
 	Passphrase  string   `json:"passphrase_env,omitempty"`
 	Installed   []string `json:"installed"` // globs of installed packages the manifest lists
+	ModuleCert  string   `json:"module_cert,omitempty"` // the module signing certificate in the image
 	Manifest    artifact.Manifest
 }
 
@@ -305,7 +320,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	}
 	r.bake = &a
 	r.network = true
-	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
+	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, ModuleCert: a.ModuleCert, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
 	if a.SourcesFile {
 		spec.SourcesFile = a.SourcesPath()
 	}
@@ -434,22 +449,10 @@ func (r *renderer) finish() error {
 func (r *renderer) leakCheck() string {
 	var b strings.Builder
 	b.WriteString("echo '[check] No private key material in the image'\n")
-	// The directories where the plan writes keys: the local repository
-	// and its keyring's, apt's and the shared keyrings.
-	dirs := []string{"/usr/share/keyrings", "/etc/apt"}
 	if r.bake != nil {
 		fmt.Fprintf(&b, "repo_files_only %s\n", sq(r.bake.Dir))
-		dirs = append([]string{r.bake.Dir, path.Dir(r.bake.Keyring)}, dirs...)
 	}
-	var keyDirs []string
-	for _, d := range dirs {
-		if !slices.Contains(keyDirs, d) {
-			keyDirs = append(keyDirs, d)
-		}
-	}
-	// Key paths never hold spaces (the settings refuse them), so
-	// $key_dirs splits safely.
-	fmt.Fprintf(&b, "podvm_bin=%s\nkey_dirs=%s\n", sq(r.c.Bin), sq(strings.Join(keyDirs, " ")))
+	fmt.Fprintf(&b, "podvm_bin=%s\n", sq(r.c.Bin))
 	b.WriteString(noPrivateKeys)
 	return b.String()
 }

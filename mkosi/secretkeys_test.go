@@ -39,32 +39,6 @@ func armored(t *testing.T, blockType string, data []byte) []byte {
 	return b.Bytes()
 }
 
-func TestHoldsSecretKey(t *testing.T) {
-	pub, sec := testKeys(t)
-	for name, c := range map[string]struct {
-		data []byte
-		want bool
-	}{
-		"public binary":            {pub, false},
-		"public armored":           {armored(t, "PGP PUBLIC KEY BLOCK", pub), false},
-		"secret binary":            {sec, true},
-		"secret armored":           {armored(t, "PGP PRIVATE KEY BLOCK", sec), true},
-		"secret mislabelled":       {armored(t, "PGP PUBLIC KEY BLOCK", sec), true},
-		"public then secret":       {append(slices.Clone(pub), sec...), true},
-		"text then armored secret": {append([]byte("comment\n"), armored(t, "PGP PUBLIC KEY BLOCK", sec)...), true},
-		// Old-format headers: a 3-byte public-key packet (tag 6), then a
-		// secret-key packet (tag 5).
-		"old format":        {[]byte{0x98, 3, 1, 2, 3, 0x94, 1, 0}, true},
-		"old format public": {[]byte{0x98, 3, 1, 2, 3}, false},
-		"not openpgp":       {[]byte("just text\n"), false},
-		"empty":             {nil, false},
-	} {
-		if got := HoldsSecretKey(c.data); got != c.want {
-			t.Errorf("%s: HoldsSecretKey = %v, want %v", name, got, c.want)
-		}
-	}
-}
-
 func TestCheckSecretKeys(t *testing.T) {
 	pub, sec := testKeys(t)
 	root := t.TempDir()
@@ -73,7 +47,6 @@ func TestCheckSecretKeys(t *testing.T) {
 		"usr/share/keyrings/nvidia.gpg":               pub,
 		"etc/apt/trusted.gpg.d/leak.asc":              armored(t, "PGP PRIVATE KEY BLOCK", sec),
 		"opt/local-packages/keyring.gpg":              sec,
-		"opt/local-packages/notes.txt":                sec, // not a key file name
 		"srv/other.key":                               sec, // not a directory we check
 	} {
 		f := filepath.Join(root, p)
@@ -88,7 +61,7 @@ func TestCheckSecretKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"/opt/local-packages/keyring.gpg", "/etc/apt/trusted.gpg.d/leak.asc"}
+	want := []string{"/opt/local-packages/keyring.gpg: OpenPGP secret key packet", "/etc/apt/trusted.gpg.d/leak.asc: PEM BEGIN PGP PRIVATE KEY BLOCK"}
 	if !slices.Equal(got, want) {
 		t.Errorf("found %v, want %v", got, want)
 	}

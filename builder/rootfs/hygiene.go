@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/keyscan"
 )
 
 // What an image must not carry, as cloud images have it: every VM made
@@ -63,9 +65,22 @@ func scrubImage(root string) error {
 	return nil
 }
 
-// hygieneProblems lists what the tree carries that no image may.
+// hygieneProblems lists what the tree carries that no image may, private
+// key material of any kind among it (files a package shipped unchanged
+// aside).
 func hygieneProblems(root string) []string {
 	var out []string
+	pristine, err := keyscan.DpkgPristine(root)
+	if err != nil {
+		out = append(out, "reading dpkg's file sums: "+err.Error())
+	}
+	found, _, err := keyscan.Tree(root, []string{"proc", "sys", "dev", "run", "tmp"}, pristine)
+	if err != nil {
+		out = append(out, "scanning for private keys: "+err.Error())
+	}
+	for _, f := range found {
+		out = append(out, fmt.Sprintf("%s: private key material (%s)", f.Path, f.Kind))
+	}
 	fi, err := os.Lstat(filepath.Join(root, "etc/machine-id"))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

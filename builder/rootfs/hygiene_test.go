@@ -72,3 +72,18 @@ func TestScrubImageLink(t *testing.T) {
 		t.Errorf("after scrubbing: %v", p)
 	}
 }
+
+// A private key anywhere in the tree fails the build; scrubbing does not
+// hide it.
+func TestHygieneFindsPrivateKeys(t *testing.T) {
+	chroottest.RequireRoot(t)
+	root := t.TempDir()
+	key := "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+	must(t, os.MkdirAll(filepath.Join(root, "var/lib/dkms"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "var/lib/dkms/mok.key"), []byte(key), 0o600))
+	must(t, scrubImage(root))
+	got := strings.Join(hygieneProblems(root), "\n")
+	if !strings.Contains(got, "/var/lib/dkms/mok.key: private key material (PEM BEGIN PRIVATE KEY)") {
+		t.Errorf("problems:\n%s", got)
+	}
+}

@@ -68,7 +68,7 @@ func (s *stepHygiene) Run(_ context.Context, state multistep.StateBag) multistep
 	if problems := hygieneProblems(root); len(problems) > 0 {
 		return halt(state, fmt.Errorf("image hygiene: the tree still carries:\n  %s", strings.Join(problems, "\n  ")))
 	}
-	ui.Say("Image hygiene: empty /etc/machine-id, no SSH host keys, no apt lists or package cache")
+	ui.Say("Image hygiene: empty /etc/machine-id, no SSH host keys, no apt lists or package cache, no private key material in any file")
 	return multistep.ActionContinue
 }
 

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -247,11 +248,19 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 			return err
 		}
 	}
+	var cert []byte
+	if b.ModuleCert != "" {
+		var err error
+		if cert, err = e.readModuleCert(ctx); err != nil {
+			return err
+		}
+	}
 	paths, err := artifact.Write(b.OutputDir, artifact.Set{
 		RepoPath:    b.Dir,
 		KeyringPath: b.Keyring,
 		ArmoredKey:  armored,
 		Manifest:    manifest,
+		ModuleCert:  cert,
 	})
 	if err != nil {
 		return fmt.Errorf("writing host artifacts: %w", err)
@@ -262,6 +271,28 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 	}
 	return nil
 }
+
+// readModuleCert reads the module signing certificate (public) the
+// signing step left in the image.
+func (e *executor) readModuleCert(ctx context.Context) ([]byte, error) {
+	if e.moduleCert != nil {
+		return e.moduleCert, nil
+	}
+	var buf bytes.Buffer
+	err := e.r.download(ctx, e.plan.ModuleSigning.CertDER, func() (io.WriteCloser, error) {
+		buf.Reset()
+		return nopCloser{&buf}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the module signing certificate %s: %w", e.plan.ModuleSigning.CertDER, err)
+	}
+	e.moduleCert = bytes.Clone(buf.Bytes())
+	return e.moduleCert, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
 
 // poolName is the archive's own file name for a .deb apt saved: apt writes
 // an epoch's colon as %3a ("libattr1_1%3a2.5.2-3_amd64.deb"), the Debian
@@ -303,6 +334,13 @@ func (e *executor) manifest(ctx context.Context, repo *artifact.Repo, date time.
 	m.SchemaVersion = 1
 	m.Stamp(date)
 	m.Repo = repo
+	if m.GPU != nil && m.GPU.ModuleSigning != nil && e.plan.ModuleSigning.CertDER != "" {
+		cert, err := e.readModuleCert(ctx)
+		if err != nil {
+			return m, err
+		}
+		m.GPU.ModuleSigning.CertSHA256 = artifact.CertSHA256(cert)
+	}
 	if m.GPU != nil {
 		pkgs, err := e.installedNvidia(ctx)
 		if err != nil {

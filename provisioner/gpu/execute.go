@@ -41,6 +41,9 @@ type executor struct {
 	keys map[string][]byte
 	// signerFingerprint loads a signing key file for its fingerprint.
 	signerFingerprint func(path, passphraseEnv string, now time.Time) (string, error)
+	// moduleCert is the module signing certificate read back from the
+	// image, once.
+	moduleCert []byte
 }
 
 func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
@@ -128,6 +131,9 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		return nil
 	case gpustack.CheckModules:
 		return e.checkModules(ctx, a.Kernels, a.Modules)
+	case gpustack.SignModules:
+		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		return err
 	case gpustack.UpdateInitramfs:
 		for _, k := range a.Kernels {
 			// Only an initramfs that exists is rebuilt: an image that boots

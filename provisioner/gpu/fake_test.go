@@ -26,6 +26,17 @@ type fakeImage struct {
 	sources   map[string]string // apt source files by path
 	debs      map[string][]byte // what apt "downloads" into the new repo dir
 	installed string            // dpkg-query output for the NVIDIA packages
+	files     map[string][]byte // other files Download reads, by path
+}
+
+// moduleCert is the module signing certificate the fake image's signing
+// step "left": a fixed test certificate, no key anywhere.
+func moduleCert() []byte {
+	b, err := os.ReadFile("testdata/module-signing.der")
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func debian13() *fakeImage {
@@ -33,6 +44,7 @@ func debian13() *fakeImage {
 		osRelease: "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"13\"\nVERSION=\"13 (trixie)\"\nVERSION_CODENAME=trixie\nID=debian\n",
 		arch:      "amd64",
 		kernels:   []string{"6.12.57+deb13-amd64"},
+		files:     map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert()},
 		sources: map[string]string{
 			"/etc/apt/sources.list": "deb http://mirror.example/debian trixie main\n" +
 				"deb http://mirror.example/debian trixie-updates main\n" +
@@ -56,6 +68,7 @@ func ubuntu2404() *fakeImage {
 		osRelease: "PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n",
 		arch:      "amd64",
 		kernels:   []string{"6.8.0-1028-azure"},
+		files:     map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert()},
 		sources: map[string]string{
 			"/etc/apt/sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://ubuntu.mirror.example/ubuntu/\nSuites: noble noble-updates noble-backports\n" +
 				"Components: main restricted universe multiverse\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n\n" +
@@ -233,6 +246,10 @@ func (c *fakeComm) UploadDir(dst, src string, exclude []string) error {
 
 func (c *fakeComm) Download(path string, w io.Writer) error {
 	c.record("download: " + path)
+	if data, ok := c.img.files[path]; ok {
+		_, err := w.Write(data)
+		return err
+	}
 	data, ok := c.img.debs[filepath.Base(path)]
 	if !ok {
 		return fmt.Errorf("%s: no such file", path)

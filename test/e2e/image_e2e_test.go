@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,11 +18,11 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/ProtonMail/go-crypto/openpgp"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/keyscan"
 )
 
 // e2eSettings are the options both back ends get, through the environment
@@ -215,6 +217,10 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 		}
 	})
 
+	t.Run("modules signed by the build's certificate", func(t *testing.T) {
+		checkModuleSigning(t, rootfs, arts, kver)
+	})
+
 	t.Run("hook, toolkit config, units", func(t *testing.T) {
 		hook := filepath.Join(rootfs, gpustack.HookPath)
 		assertOwnerMode(t, hook, 0o755)
@@ -386,6 +392,23 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	if a, b := gpuUnits(packerRoot), gpuUnits(mkosiRoot); !slices.Equal(a, b) {
 		t.Errorf("enabled NVIDIA units differ: packer %v, mkosi %v", a, b)
 	}
+	// The same signer policy: both sign with an ephemeral key of the same
+	// subject (each build its own key, so the certificates differ).
+	signing := func(root string) artifact.ModuleSigning {
+		var m artifact.Manifest
+		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
+		must(t, err)
+		must(t, json.Unmarshal(b, &m))
+		if m.GPU == nil || m.GPU.ModuleSigning == nil {
+			t.Fatalf("%s: no module_signing in the manifest", root)
+		}
+		ms := *m.GPU.ModuleSigning
+		ms.CertSHA256 = ""
+		return ms
+	}
+	if a, b := signing(packerRoot), signing(mkosiRoot); a != b {
+		t.Errorf("module signing differs: packer %+v, mkosi %+v", a, b)
+	}
 	repoSet := func(root, kver string) []string {
 		var m artifact.Manifest
 		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
@@ -498,69 +521,71 @@ func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver stri
 	}
 }
 
-// scanNoPrivateKey fails on an armored private key block in any file no
-// package ships (dpkg's file lists tell), and on any OpenPGP key file
-// (*.gpg, *.asc, *.key) anywhere that holds a private key.
-func scanNoPrivateKey(t *testing.T, dir string) {
-	t.Helper()
-	owned := dpkgOwned(t, dir)
-	marker := []byte("PRIVATE KEY BLOCK")
-	files := 0
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if d.IsDir() {
-			switch rel {
-			case "proc", "sys", "dev", "run":
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		files++
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		if bytes.Contains(b, marker) && !owned["/"+rel] {
-			t.Errorf("private key block in %s, which no package ships", p)
-		}
-		switch filepath.Ext(p) {
-		case ".gpg", ".asc", ".key":
-			els, err := openpgp.ReadKeyRing(bytes.NewReader(b))
-			if err != nil {
-				els, _ = openpgp.ReadArmoredKeyRing(bytes.NewReader(b))
-			}
-			for _, e := range els {
-				if e.PrivateKey != nil {
-					t.Errorf("%s holds a private key", p)
-				}
-			}
+// checkModuleSigning: every NVIDIA module of the kernel carries a sha256
+// (or stronger) signature from the build's certificate, which is in the
+// image and among the host artefacts (DER and PEM, the same certificate,
+// recorded in the manifest); DKMS left no key or certificate of its own.
+func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
+	der, err := os.ReadFile(filepath.Join(arts, artifact.ModuleCertDERFile))
+	must(t, err)
+	cert, err := x509.ParseCertificate(der)
+	must(t, err)
+	inImage, err := os.ReadFile(filepath.Join(rootfs, "usr/share/podvm-gpu/module-signing.der"))
+	must(t, err)
+	if !bytes.Equal(inImage, der) {
+		t.Error("the certificate in the image differs from the host artefact")
+	}
+	pemData, err := os.ReadFile(filepath.Join(arts, artifact.ModuleCertPEMFile))
+	must(t, err)
+	if blk, _ := pem.Decode(pemData); blk == nil || !bytes.Equal(blk.Bytes, der) {
+		t.Error("the PEM certificate is not the DER one")
+	}
+	var m artifact.Manifest
+	b, err := os.ReadFile(filepath.Join(arts, artifact.ManifestFile))
+	must(t, err)
+	must(t, json.Unmarshal(b, &m))
+	if m.GPU == nil || m.GPU.ModuleSigning == nil || m.GPU.ModuleSigning.Mode != "ephemeral" ||
+		m.GPU.ModuleSigning.Signer != cert.Subject.CommonName || m.GPU.ModuleSigning.CertSHA256 != artifact.CertSHA256(der) {
+		t.Errorf("manifest module_signing %+v, certificate %q %s", m.GPU.ModuleSigning, cert.Subject.CommonName, artifact.CertSHA256(der))
+	}
+	var mods []string
+	filepath.WalkDir(filepath.Join(rootfs, "usr/lib/modules", kver), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), "nvidia") && strings.Contains(d.Name(), ".ko") {
+			mods = append(mods, strings.TrimPrefix(p, rootfs))
 		}
 		return nil
 	})
-	t.Logf("scanned %d files under %s", files, dir)
-}
-
-// dpkgOwned lists the files the image's packages ship.
-func dpkgOwned(t *testing.T, root string) map[string]bool {
-	t.Helper()
-	owned := map[string]bool{}
-	lists, _ := filepath.Glob(filepath.Join(root, "var/lib/dpkg/info/*.list"))
-	for _, l := range lists {
-		b, err := os.ReadFile(l)
-		must(t, err)
-		for _, f := range strings.Split(string(b), "\n") {
-			owned[f] = true
-			// usrmerge: packages list /lib, /bin, /sbin paths that live under /usr.
-			owned["/usr"+f] = true
+	if len(mods) == 0 {
+		t.Fatal("no NVIDIA module found")
+	}
+	for _, mod := range mods {
+		signer := strings.TrimSpace(run(t, rootfs, "chroot", rootfs, "modinfo", "-F", "signer", mod))
+		algo := strings.TrimSpace(run(t, rootfs, "chroot", rootfs, "modinfo", "-F", "sig_hashalgo", mod))
+		if signer != cert.Subject.CommonName || !slices.Contains([]string{"sha256", "sha384", "sha512"}, algo) {
+			t.Errorf("%s: signer %q (%s), want %q with sha256 or stronger", mod, signer, algo, cert.Subject.CommonName)
 		}
 	}
-	return owned
+	t.Logf("%d NVIDIA modules signed by %q, certificate sha256 %s", len(mods), cert.Subject.CommonName, artifact.CertSHA256(der))
+	for _, f := range []string{"var/lib/dkms/mok.key", "var/lib/dkms/mok.pub"} {
+		if _, err := os.Stat(filepath.Join(rootfs, f)); err == nil {
+			t.Errorf("DKMS left /%s in the image", f)
+		}
+	}
+}
+
+// scanNoPrivateKey runs the project's one private-key scan (keyscan: PEM of
+// every kind, OpenSSH, OpenPGP armored and binary, DER) over every file
+// below dir, passing over only files a package shipped and nobody changed.
+func scanNoPrivateKey(t *testing.T, dir string) {
+	t.Helper()
+	pristine, err := keyscan.DpkgPristine(dir)
+	must(t, err)
+	found, files, err := keyscan.Tree(dir, []string{"proc", "sys", "dev", "run", "tmp"}, pristine)
+	must(t, err)
+	for _, f := range found {
+		t.Errorf("private key material in %s%s", dir, f)
+	}
+	t.Logf("scanned %d files under %s: no private key material", files, dir)
 }
 
 func assertOwnerMode(t *testing.T, p string, want fs.FileMode) {
