@@ -79,17 +79,17 @@ type Target struct {
 
 // GPU is the installed GPU stack.
 type GPU struct {
-	DriverBranch   string    `json:"driver_branch"`
-	DriverVersion  string    `json:"driver_version,omitempty"` // installed version, when known
-	Flavour        string    `json:"kernel_modules"`
-	Source         string    `json:"driver_source"`
-	Modules        []string  `json:"modules"`
+	DriverBranch  string   `json:"driver_branch"`
+	DriverVersion string   `json:"driver_version,omitempty"` // installed version, when known
+	Flavour       string   `json:"kernel_modules"`
+	Source        string   `json:"driver_source"`
+	Modules       []string `json:"modules"`
 	// ModuleSigning is how the NVIDIA modules are signed.
-	ModuleSigning *ModuleSigning `json:"module_signing,omitempty"`
-	Toolkit        bool      `json:"container_toolkit"`
-	ToolkitVersion string    `json:"container_toolkit_version,omitempty"`
-	HookMode       string    `json:"hook_mode,omitempty"`
-	Packages       []Package `json:"packages,omitempty"` // installed NVIDIA packages
+	ModuleSigning  *ModuleSigning `json:"module_signing,omitempty"`
+	Toolkit        bool           `json:"container_toolkit"`
+	ToolkitVersion string         `json:"container_toolkit_version,omitempty"`
+	HookMode       string         `json:"hook_mode,omitempty"`
+	Packages       []Package      `json:"packages,omitempty"` // installed NVIDIA packages
 }
 
 // Repo is the baked node-local repository.

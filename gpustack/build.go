@@ -82,23 +82,23 @@ const (
 	cudaKeyring    = "/usr/share/keyrings/podvm-nvidia-cuda.gpg"
 	toolkitKeyring = "/usr/share/keyrings/podvm-nvidia-container-toolkit.gpg"
 
-	hookPath       = "/usr/share/oci/hooks/prestart/nvidia-container-toolkit.sh"
-	toolkitConfig  = "/etc/nvidia-container-runtime/config.toml"
-	gateScript     = "/usr/libexec/podvm-gpu/has-nvidia-gpu"
-	cdiUnit        = "nvidia-cdi-generate.service"
-	ccUnit         = "nvidia-cc-ready.service"
-	persistUnit    = "nvidia-persistenced.service"
-	fabricUnit     = "nvidia-fabricmanager.service"
-	nouveauConf    = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
-	nouveauHook    = "/etc/initramfs-tools/hooks/podvm-no-nouveau"
-	dkmsConf       = "/etc/dkms/framework.conf.d/podvm-gpu.conf"
+	hookPath      = "/usr/share/oci/hooks/prestart/nvidia-container-toolkit.sh"
+	toolkitConfig = "/etc/nvidia-container-runtime/config.toml"
+	gateScript    = "/usr/libexec/podvm-gpu/has-nvidia-gpu"
+	cdiUnit       = "nvidia-cdi-generate.service"
+	ccUnit        = "nvidia-cc-ready.service"
+	persistUnit   = "nvidia-persistenced.service"
+	fabricUnit    = "nvidia-fabricmanager.service"
+	nouveauConf   = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
+	nouveauHook   = "/etc/initramfs-tools/hooks/podvm-no-nouveau"
+	dkmsConf      = "/etc/dkms/framework.conf.d/podvm-gpu.conf"
 	// The module signing certificate stays in the image, to be enrolled
 	// or checked against modinfo's signer.
 	moduleCertDER = "/usr/share/podvm-gpu/module-signing.der"
 	moduleCertPEM = "/usr/share/podvm-gpu/module-signing.pem"
 	// moduleSigner is the certificate's subject, which modinfo reports
 	// as each module's signer.
-	moduleSigner = "podvm-gpu ephemeral module signing key"
+	moduleSigner   = "podvm-gpu ephemeral module signing key"
 	toolkitPackage = "nvidia-container-toolkit"
 )
 

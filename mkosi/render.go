@@ -305,7 +305,7 @@ type bakeSpec struct {
 	SourcesFile string   `json:"sources_file,omitempty"`
 	SigningKey  string   `json:"signing_key,omitempty"` // relative to $SRCDIR
 	Passphrase  string   `json:"passphrase_env,omitempty"`
-	Installed   []string `json:"installed"` // globs of installed packages the manifest lists
+	Installed   []string `json:"installed"`             // globs of installed packages the manifest lists
 	ModuleCert  string   `json:"module_cert,omitempty"` // the module signing certificate in the image
 	Manifest    artifact.Manifest
 }
