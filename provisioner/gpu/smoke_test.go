@@ -20,7 +20,7 @@ import (
 // TestSmokeChroot runs the provisioner for real, through the project's
 // chroot communicator, on a Debian trixie minbase tree: the tarball named
 // by PODVM_SMOKE_TARBALL, else the podvm-rootfs builder's newest cached
-// base tree under $PODVM_CACHE, else a fresh debootstrap from the host's
+// base tree under $PODVM_CACHE (default ~/.cache/podvm), else a fresh debootstrap from the host's
 // Debian mirror.
 //
 //	go test ./provisioner/gpu -run TestSmokeChroot -v -timeout 30m
@@ -136,7 +136,11 @@ func smokeTarball() string {
 	}
 	cache := os.Getenv("PODVM_CACHE")
 	if cache == "" {
-		return ""
+		d, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		cache = filepath.Join(d, "podvm")
 	}
 	matches, _ := filepath.Glob(filepath.Join(cache, "rootfs", "debootstrap-trixie-minbase-amd64-*.tar.zst"))
 	if len(matches) == 0 {
