@@ -29,8 +29,11 @@ const (
 	SourcesFile   = "local-packages.sources"
 	ConfigMapFile = "gpu-operator-repo-configmap.yaml"
 	ValuesFile    = "gpu-operator-values.yaml"
-	KeyFile       = "keyring.asc"
-	ManifestFile  = "manifest.json"
+	// NVIDIADriverFile selects the ConfigMap through the NVIDIADriver
+	// resource (repoConfig.name), the operator's default since 2026-06.
+	NVIDIADriverFile = "gpu-operator-nvidiadriver.yaml"
+	KeyFile          = "keyring.asc"
+	ManifestFile     = "manifest.json"
 	// The module signing certificate: DER for mokutil --import, and PEM.
 	ModuleCertDERFile = "module-signing.der"
 	ModuleCertPEMFile = "module-signing.pem"
@@ -223,9 +226,39 @@ func HelmValues(configMap string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	head := "# gpu-operator Helm values: the driver container installs kernel headers\n" +
-		"# from the node-local repository. See docs/gpu-operator.md for the\n" +
-		"# read-only hostPath mount of the repository directory.\n"
+	head := "# gpu-operator Helm values (ClusterPolicy): the driver container installs\n" +
+		"# kernel headers from the node-local repository, which the image binds\n" +
+		"# read-only below /run/nvidia, the host directory the driver DaemonSet\n" +
+		"# mounts already. See docs/gpu-operator.md.\n"
+	return append([]byte(head), b...), nil
+}
+
+// NVIDIADriver is an NVIDIADriver resource (nvidia.com/v1alpha1, cluster
+// scoped) whose repoConfig names the ConfigMap; the CRD's defaults apply to
+// the rest (image). It follows the CRD in NVIDIA/gpu-operator's
+// config/crd/bases/nvidia.com_nvidiadrivers.yaml as read at commit
+// 04744073 (spec.driverType, required, enum gpu|vgpu|vgpu-host-manager;
+// spec.repoConfig.name).
+func NVIDIADriver(configMap string) ([]byte, error) {
+	d := map[string]any{
+		"apiVersion": "nvidia.com/v1alpha1",
+		"kind":       "NVIDIADriver",
+		"metadata": map[string]any{
+			"name":   "podvm-local-packages",
+			"labels": map[string]string{"app.kubernetes.io/managed-by": "packer-plugin-podvm"},
+		},
+		"spec": map[string]any{
+			"driverType": "gpu",
+			"repoConfig": map[string]any{"name": configMap},
+		},
+	}
+	b, err := marshalYAML(d)
+	if err != nil {
+		return nil, err
+	}
+	head := "# An NVIDIADriver resource whose driver container installs kernel headers\n" +
+		"# from the node-local repository (ConfigMap " + configMap + "). Set the\n" +
+		"# nodeSelector, image and version your cluster uses. See docs/gpu-operator.md.\n"
 	return append([]byte(head), b...), nil
 }
 
@@ -244,7 +277,11 @@ func marshalYAML(v any) ([]byte, error) {
 
 // Set is everything Write needs.
 type Set struct {
-	RepoPath    string // the repository directory in the image
+	RepoPath string // the repository directory in the image
+	// ExposePath is where the image binds the repository for the GPU
+	// Operator's driver container; the ConfigMap points there ("": at
+	// RepoPath).
+	ExposePath  string
 	KeyringPath string // the public keyring in the image
 	ArmoredKey  []byte // the repository's public key, armored
 	Manifest    Manifest
@@ -263,11 +300,19 @@ func Write(dir string, s Set) ([]string, error) {
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace
 	}
-	cm, err := ConfigMap(s.ConfigMap, s.Namespace, s.RepoPath, s.ArmoredKey)
+	consumer := s.RepoPath
+	if s.ExposePath != "" {
+		consumer = s.ExposePath
+	}
+	cm, err := ConfigMap(s.ConfigMap, s.Namespace, consumer, s.ArmoredKey)
 	if err != nil {
 		return nil, err
 	}
 	values, err := HelmValues(s.ConfigMap)
+	if err != nil {
+		return nil, err
+	}
+	driver, err := NVIDIADriver(s.ConfigMap)
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +325,10 @@ func Write(dir string, s Set) ([]string, error) {
 		data []byte
 	}
 	files := []namedFile{
-		{SourcesFile, []byte(Sources(s.RepoPath, s.KeyringPath))},
+		{SourcesFile, []byte(Sources(consumer, s.KeyringPath))},
 		{ConfigMapFile, cm},
 		{ValuesFile, values},
+		{NVIDIADriverFile, driver},
 		{KeyFile, s.ArmoredKey},
 		{ManifestFile, manifest},
 	}

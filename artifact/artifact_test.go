@@ -43,12 +43,13 @@ func TestWrite(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	m := Manifest{Generator: "test", Created: "2023-11-14T22:13:20Z", Kernels: []string{"6.12.57+deb13-amd64"},
 		Repo: &Repo{Path: "/opt/local-packages", Fingerprint: "ABCD", Packages: []Package{{Name: "linux-headers-6.12.57+deb13-amd64", Version: "6.12.57-1"}}}}
-	paths, err := Write(dir, Set{RepoPath: "/opt/local-packages", KeyringPath: "/usr/share/keyrings/k.gpg", ArmoredKey: []byte(testKey), Manifest: m})
+	paths, err := Write(dir, Set{RepoPath: "/opt/local-packages", ExposePath: "/run/nvidia/local-packages",
+		KeyringPath: "/usr/share/keyrings/k.gpg", ArmoredKey: []byte(testKey), Manifest: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) != 5 {
-		t.Fatalf("wrote %d files, want 5: %v", len(paths), paths)
+	if len(paths) != 6 {
+		t.Fatalf("wrote %d files, want 6: %v", len(paths), paths)
 	}
 	for _, p := range paths {
 		fi, err := os.Stat(p)
@@ -60,8 +61,8 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 5 {
-		t.Errorf("output dir has %d entries, want 5 (no temp files left)", len(entries))
+	if len(entries) != 6 {
+		t.Errorf("output dir has %d entries, want 6 (no temp files left)", len(entries))
 	}
 
 	var cm struct {
@@ -74,7 +75,8 @@ func TestWrite(t *testing.T) {
 		t.Errorf("configmap header: %+v", cm)
 	}
 	src := cm.Data[SourcesFile]
-	for _, want := range []string{"URIs: file:///opt/local-packages\n", "Suites: ./\n", "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"} {
+	// The driver container sees the repository where the image binds it.
+	for _, want := range []string{"URIs: file:///run/nvidia/local-packages\n", "Suites: ./\n", "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("configmap sources lacks %q:\n%s", want, src)
 		}
@@ -94,6 +96,7 @@ func TestWrite(t *testing.T) {
 	if values.Driver.RepoConfig.ConfigMapName != DefaultConfigMap {
 		t.Errorf("values: %+v", values)
 	}
+	checkNVIDIADriver(t, filepath.Join(dir, NVIDIADriverFile))
 
 	var got Manifest
 	b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
@@ -173,5 +176,44 @@ func TestWriteFileLeavesNoTemp(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "sub", ".ok.*")); len(left) > 0 {
 		t.Errorf("temporary file left behind after success: %v", left)
+	}
+}
+
+// checkNVIDIADriver is the structural test of the NVIDIADriver resource
+// against the v1alpha1 CRD of NVIDIA/gpu-operator (config/crd/bases,
+// commit 04744073): cluster scoped, spec.driverType from its enum,
+// spec.repoConfig.name naming the ConfigMap, and no field the CRD lacks.
+func checkNVIDIADriver(t *testing.T, path string) {
+	t.Helper()
+	var d map[string]any
+	readYAML(t, path, &d)
+	known := map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "spec": true}
+	for k := range d {
+		if !known[k] {
+			t.Errorf("NVIDIADriver: unknown top-level field %q", k)
+		}
+	}
+	if d["apiVersion"] != "nvidia.com/v1alpha1" || d["kind"] != "NVIDIADriver" {
+		t.Errorf("NVIDIADriver header: %v %v", d["apiVersion"], d["kind"])
+	}
+	meta, _ := d["metadata"].(map[string]any)
+	if meta["name"] == nil || meta["namespace"] != nil {
+		t.Errorf("NVIDIADriver metadata %v: a name, and no namespace (cluster scoped)", meta)
+	}
+	spec, _ := d["spec"].(map[string]any)
+	specFields := map[string]bool{"driverType": true, "repoConfig": true}
+	for k := range spec {
+		if !specFields[k] {
+			t.Errorf("NVIDIADriver: spec.%s is not written by this tool", k)
+		}
+	}
+	switch spec["driverType"] {
+	case "gpu", "vgpu", "vgpu-host-manager":
+	default:
+		t.Errorf("spec.driverType %v", spec["driverType"])
+	}
+	rc, _ := spec["repoConfig"].(map[string]any)
+	if len(rc) != 1 || rc["name"] != DefaultConfigMap {
+		t.Errorf("spec.repoConfig %v, want {name: %s}", rc, DefaultConfigMap)
 	}
 }

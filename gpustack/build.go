@@ -177,11 +177,18 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			Passphrase:  o.PassphraseEnv,
 			OutputDir:   o.OutputDir,
 			ModuleCert:  p.ModuleSigning.CertDER,
+			ExposePath:  o.RepoExposePath,
 		}
 		if !o.EnableGPU {
 			p.add("apt-update", "Refreshing package lists", AptUpdate{})
 		}
 		p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
+		if e := o.RepoExposePath; e != "" {
+			unit := MountUnitName(e)
+			p.add("repo-expose", "Binding the repository read-only at "+e+" at boot, where the GPU Operator driver container sees it",
+				WriteFile{Path: "/etc/systemd/system/" + unit, Mode: modeFile, Owner: "root:root", Content: exposeMountUnit(o.RepoPath, e)},
+				EnableUnits{Units: []string{unit}})
+		}
 	}
 	if o.Verify {
 		var checks []Action

@@ -174,3 +174,27 @@ openssl x509 -inform DER -in "$der" -out "$dir/cert.pem"
 install -m 0644 -o root -g root "$dir/cert.pem" "$pem"
 echo "signed $n NVIDIA modules of kernels $* ($hash) with a key that was never written to the image; certificate $der"
 `
+
+// exposeMountUnit binds the repository read-only at where. The driver
+// DaemonSet of the GPU Operator mounts the host's /run/nvidia into its
+// containers (Bidirectional propagation), so a bind made below it before
+// kubelet starts is what the driver container sees, with no operator patch.
+func exposeMountUnit(repo, where string) string {
+	return `[Unit]
+Description=Node-local package repository, read-only, for the GPU Operator driver container
+Documentation=https://github.com/podvm-gpu/packer-plugin-podvm/blob/main/docs/gpu-operator.md
+# Harmless without the GPU Operator: a read-only view of ` + repo + `.
+RequiresMountsFor=` + repo + `
+ConditionPathIsDirectory=` + repo + `
+Before=kubelet.service containerd.service
+
+[Mount]
+What=` + repo + `
+Where=` + where + `
+Type=none
+Options=bind,ro
+
+[Install]
+WantedBy=local-fs.target
+`
+}

@@ -67,6 +67,7 @@ type Options struct {
 	PassphraseEnv     string
 	RepoKeyring       string
 	RepoSourcesFile   bool
+	RepoExposePath    string // "" when not exposed
 	OutputDir         string
 
 	Verify          bool
@@ -205,6 +206,10 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 	if o.PassphraseEnv != "" && o.SigningKey == "" {
 		errs = append(errs, fmt.Errorf("%s=%s: needs local_repo_signing_key; the default ephemeral key has no passphrase",
 			name("local_repo_passphrase_env"), o.PassphraseEnv))
+	}
+	if e := o.RepoExposePath; e != "" && (e == o.RepoPath || strings.HasPrefix(e, o.RepoPath+"/") || strings.HasPrefix(o.RepoPath, e+"/")) {
+		errs = append(errs, fmt.Errorf("%s=%s: overlaps local_repo_path %s; allowed: none, or a separate path such as /run/nvidia/local-packages",
+			name("local_repo_expose_path"), e, o.RepoPath))
 	}
 	// The repository's own signatures protect packages fetched over http,
 	// but the key fetched next to it would not be: a plain-http mirror

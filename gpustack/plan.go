@@ -218,6 +218,10 @@ type BakeRepo struct {
 	SigningKey  string
 	Passphrase  string // environment variable name
 	OutputDir   string // host-side artifacts
+	// ExposePath is where the repository is bound read-only at boot for the
+	// GPU Operator's driver container ("" for nowhere); the ConfigMap's
+	// sources point there.
+	ExposePath string
 	// ModuleCert is the module signing certificate (DER) in the image, which
 	// the bake copies beside the image and records in the manifest; "" when
 	// the modules are not signed by the build.
@@ -431,4 +435,29 @@ func kernelRange(ks []string) string {
 		return ks[0]
 	}
 	return fmt.Sprintf("%d kernels (%s .. %s)", len(ks), ks[0], ks[len(ks)-1])
+}
+
+// MountUnitName is systemd's unit name for a mount at path (systemd-escape
+// --path --suffix=mount): slashes become dashes, and anything but
+// [A-Za-z0-9:_.] becomes \xNN, and so does a dot that starts the name.
+func MountUnitName(path string) string {
+	p := strings.Trim(path, "/")
+	if p == "" {
+		return "-.mount"
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '/':
+			b.WriteByte('-')
+		case c == '.' && i == 0:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == ':', c == '_', c == '.':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		}
+	}
+	return b.String() + ".mount"
 }

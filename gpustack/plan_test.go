@@ -101,3 +101,17 @@ func golden(t *testing.T, path, got string) {
 		t.Errorf("%s differs from the plan; run go test ./gpustack -update and review the diff\n--- got:\n%s", path, got)
 	}
 }
+
+func TestMountUnitName(t *testing.T) {
+	for in, want := range map[string]string{
+		"/run/nvidia/local-packages": `run-nvidia-local\x2dpackages.mount`,
+		"/opt/.hidden/a b":           `opt-.hidden-a\x20b.mount`,
+		"/.dot":                      `\x2edot.mount`,
+		"/":                          "-.mount",
+		"/srv/repo_1:x.y":            "srv-repo_1:x.y.mount",
+	} {
+		if got := MountUnitName(in); got != want {
+			t.Errorf("MountUnitName(%q) = %q, want %q (systemd-escape --path --suffix=mount)", in, got, want)
+		}
+	}
+}

@@ -285,6 +285,17 @@ var Table = []Setting{
 	{Key: "local_repo_sources_file", Env: "LOCAL_REPO_SOURCES_FILE", Kind: Bool, Default: "no", Section: "repo",
 		Help: "Also enable the repository in the image's own apt sources.",
 		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
+	{Key: "local_repo_expose_path", Env: "LOCAL_REPO_EXPOSE_PATH", Kind: String, Default: "/run/nvidia/local-packages", Section: "repo",
+		Help: "Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
+		check: &checker{
+			ok:      func(s string) bool { return s == "none" || checkAbsPath.ok(s) },
+			allowed: "none, or " + checkAbsPath.allowed,
+		},
+		set: func(o *Options, v value) {
+			if v.s != "none" {
+				o.RepoExposePath = v.s
+			}
+		}},
 	{Key: "output_dir", Env: "PODVM_OUTPUT_DIR", Kind: String, Default: "podvm-artifacts", Section: "repo",
 		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json.",
 		check: &checkOutputDir,

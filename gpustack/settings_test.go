@@ -178,6 +178,7 @@ func samples(s *Setting) (a, b Raw) {
 		"local_repo_passphrase_env":             {"PASS_A", "PASS_B"},
 		"local_repo_keyring":                    {"/etc/keyrings/a.gpg", "/etc/keyrings/b.gpg"},
 		"output_dir":                            {"out-a", "out-b"},
+		"local_repo_expose_path":                {"/run/nvidia/repo-a", "none"},
 		"source_date_epoch":                     {"1700000000", "1600000000"},
 	}[s.Key]
 	return Scalar(v[0]), Scalar(v[1])

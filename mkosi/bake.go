@@ -104,7 +104,7 @@ func (b Bake) Run(ctx context.Context) (*aptrepo.Result, error) {
 	}
 	if b.ArtifactsDir != "" {
 		if _, err := artifact.Write(b.ArtifactsDir, artifact.Set{
-			RepoPath: spec.Dir, KeyringPath: spec.Keyring, ArmoredKey: signer.ArmoredPublicKey(), Manifest: m, ModuleCert: cert,
+			RepoPath: spec.Dir, ExposePath: spec.ExposePath, KeyringPath: spec.Keyring, ArmoredKey: signer.ArmoredPublicKey(), Manifest: m, ModuleCert: cert,
 		}); err != nil {
 			return nil, fmt.Errorf("bake-repo: %w", err)
 		}

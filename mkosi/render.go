@@ -307,6 +307,7 @@ type bakeSpec struct {
 	Passphrase  string   `json:"passphrase_env,omitempty"`
 	Installed   []string `json:"installed"`             // globs of installed packages the manifest lists
 	ModuleCert  string   `json:"module_cert,omitempty"` // the module signing certificate in the image
+	ExposePath  string   `json:"expose_path,omitempty"` // where the ConfigMap's sources point
 	Manifest    artifact.Manifest
 }
 
@@ -320,7 +321,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	}
 	r.bake = &a
 	r.network = true
-	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, ModuleCert: a.ModuleCert, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
+	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, ModuleCert: a.ModuleCert, ExposePath: a.ExposePath, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
 	if a.SourcesFile {
 		spec.SourcesFile = a.SourcesPath()
 	}

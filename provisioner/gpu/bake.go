@@ -257,6 +257,7 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 	}
 	paths, err := artifact.Write(b.OutputDir, artifact.Set{
 		RepoPath:    b.Dir,
+		ExposePath:  b.ExposePath,
 		KeyringPath: b.Keyring,
 		ArmoredKey:  armored,
 		Manifest:    manifest,

@@ -63,6 +63,9 @@ func TestSmokeChroot(t *testing.T) {
 		}
 	})
 	sh("cp -L /etc/resolv.conf " + root + "/etc/resolv.conf")
+	// A pod VM image has systemd; the plan enables units with systemctl.
+	sh("chroot " + root + " env DEBIAN_FRONTEND=noninteractive apt-get -qy update >/dev/null")
+	sh("chroot " + root + " env DEBIAN_FRONTEND=noninteractive apt-get -qy install --no-install-recommends systemd >/dev/null")
 	// The tree has no kernel; pretend to have the archive's current one,
 	// which is what the repository is baked for.
 	sh("chroot " + root + " apt-get -q update >/dev/null")

@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // OVMF from Debian's ovmf package: plain UEFI, no Secure Boot.
@@ -65,6 +66,9 @@ type guestSpec struct {
 	Module   string   // the NVIDIA module's name, "" for none
 	GPUUnits []string // units gated on an NVIDIA PCI device
 	Sources  string   // the ConfigMap's sources entry
+	// Expose is where the image binds the repository for the GPU
+	// Operator, "" for nowhere.
+	Expose string
 	// InitrdOnHost: the kernel boots as a unified kernel image, whose
 	// initrd the test checks on the host instead of in the guest.
 	InitrdOnHost bool
@@ -90,7 +94,7 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	if spec.InitrdOnHost {
 		initrd = "host"
 	}
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd)
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose)
 	creds := map[string]string{
 		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
@@ -218,6 +222,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	for _, u := range spec.GPUUnits {
 		want = append(want, "unit:"+u)
 	}
+	if spec.Expose != "" {
+		want = append(want, "expose")
+	}
 	for _, name := range want {
 		v, ok := res.Checks[name]
 		switch {
@@ -257,6 +264,19 @@ func imageSpec(t *testing.T, rootfs, arts string) guestSpec {
 		spec.GPUUnits = append(spec.GPUUnits, strings.TrimSuffix(filepath.Base(filepath.Dir(g)), ".d"))
 	}
 	spec.Sources = configMapSources(t, arts)
+	if b, err := os.ReadFile(filepath.Join(rootfs, "etc/systemd/system", gpustack.MountUnitName("/run/nvidia/local-packages"))); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if w, ok := strings.CutPrefix(line, "Where="); ok {
+				spec.Expose = w
+			}
+		}
+	}
+	if spec.Expose == "" {
+		t.Fatal("the image has no mount unit for /run/nvidia/local-packages, which the table's default asks for")
+	}
+	if !strings.Contains(spec.Sources, "URIs: file://"+spec.Expose+"\n") {
+		t.Errorf("the ConfigMap's sources do not point at %s:\n%s", spec.Expose, spec.Sources)
+	}
 	return spec
 }
 

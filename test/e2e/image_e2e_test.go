@@ -482,7 +482,18 @@ func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver stri
 	must(t, os.MkdirAll(filepath.Join(ctr, "etc/apt/sources.list.d"), 0o755))
 	must(t, os.WriteFile(filepath.Join(ctr, "etc/apt/sources.list.d", artifact.SourcesFile), []byte(sources), 0o644))
 
-	mnt := filepath.Join(ctr, "opt/local-packages")
+	// The repository appears where the ConfigMap's entry says: below the
+	// host's /run/nvidia, which the driver DaemonSet mounts at the same path.
+	uri := ""
+	for _, line := range strings.Split(sources, "\n") {
+		if u, ok := strings.CutPrefix(line, "URIs: file://"); ok {
+			uri = u
+		}
+	}
+	if uri == "" {
+		t.Fatalf("no file: URI in the ConfigMap's sources:\n%s", sources)
+	}
+	mnt := filepath.Join(ctr, uri)
 	must(t, os.MkdirAll(mnt, 0o755))
 	run(t, ctr, "mount", "--bind", repo, mnt)
 	t.Cleanup(func() { exec.Command("umount", mnt).Run() })

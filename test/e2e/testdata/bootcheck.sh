@@ -8,7 +8,7 @@
 set -u
 exec >/dev/ttyS1 2>&1
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
-# MODULE, GPU_UNITS, HEADERS_PREFIX and INITRD come from the test.
+# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD and EXPOSE come from the test.
 . "$creds/podvm.bootcheck.env"
 
 failures=0
@@ -83,7 +83,20 @@ if [ -n "$MODULE" ]; then
 	fi
 fi
 
-# 6. The baked repository works under the kernel that runs, for a consumer
+# 6. The repository is bound read-only where the GPU Operator's driver
+#    container sees it (below the host's /run/nvidia).
+if [ -n "$EXPOSE" ]; then
+	unit=$(systemd-escape --path --suffix=mount "$EXPOSE")
+	opts=$(findmnt -n -o OPTIONS --mountpoint "$EXPOSE" 2>&1)
+	if [ "$(systemctl is-active "$unit")" = active ] && echo ",$opts," | grep -q ',ro,' &&
+		! touch "$EXPOSE/.podvm-write-test" 2>/dev/null && [ -e "$EXPOSE/InRelease" ]; then
+		ok expose "$EXPOSE: $unit active, mounted $opts"
+	else
+		fail expose "$EXPOSE: unit $(systemctl is-active "$unit"), options '$opts'"
+	fi
+fi
+
+# 7. The baked repository works under the kernel that runs, for a consumer
 #    that has only the GPU Operator ConfigMap's sources entry and an empty
 #    dpkg status, as a driver container has.
 c=$(mktemp -d)
