@@ -115,3 +115,45 @@ func TestMountUnitName(t *testing.T) {
 		}
 	}
 }
+
+// TestDriverContainerPackages: the Ubuntu driver container (gpu-driver-
+// container, ubuntu22.04 and ubuntu24.04) installs linux-headers-$KVER and
+// runs apt-get download of linux-image-$KVER and linux-modules-$KVER under
+// set -eu; every one of them must be in the default repository of the
+// Ubuntu plan, for every kernel it targets. Debian has no driver container;
+// its repository serves the same sequence with headers and image.
+func TestDriverContainerPackages(t *testing.T) {
+	sequence := map[string][]string{
+		"ubuntu": {"linux-headers-%s", "linux-image-%s", "linux-modules-%s"},
+		"debian": {"linux-headers-%s", "linux-image-%s"},
+	}
+	for _, tg := range goldenTargets {
+		p, err := NewPlan(resolve(t, map[string]string{"ENABLE_NVIDIA_GPU": "no", "LOCAL_REPO": "yes", "PODVM_KERNELS": "all"}), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var repo []string
+		for _, s := range p.Steps {
+			for _, a := range s.Actions {
+				if b, ok := a.(BakeRepo); ok {
+					repo = b.Packages
+				}
+			}
+		}
+		var lines []string
+		for _, k := range tg.Kernels {
+			for _, f := range sequence[tg.Distro] {
+				pkg := fmt.Sprintf(f, k)
+				found := false
+				for _, r := range repo {
+					found = found || r == pkg
+				}
+				if !found {
+					t.Errorf("%s %s: the driver container needs %s; the repository has %v", tg.Distro, tg.Version, pkg, repo)
+				}
+				lines = append(lines, pkg)
+			}
+		}
+		golden(t, filepath.Join("testdata", "driver-container", tg.Distro+"-"+tg.Version+".txt"), strings.Join(lines, "\n")+"\n")
+	}
+}
