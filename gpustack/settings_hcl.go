@@ -60,6 +60,8 @@ type Settings struct {
 	LocalRepoKeyring *string `mapstructure:"local_repo_keyring" required:"false"`
 	// Also enable the repository in the image's own apt sources. Environment: `LOCAL_REPO_SOURCES_FILE`; default: no.
 	LocalRepoSourcesFile *string `mapstructure:"local_repo_sources_file" required:"false"`
+	// Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path. Environment: `LOCAL_REPO_EXPOSE_PATH`; default: /run/nvidia/local-packages.
+	LocalRepoExposePath *string `mapstructure:"local_repo_expose_path" required:"false"`
 	// Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json. Environment: `PODVM_OUTPUT_DIR`; default: podvm-artifacts.
 	OutputDir *string `mapstructure:"output_dir" required:"false"`
 	// Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository. Environment: `PODVM_VERIFY`; default: yes.
@@ -151,6 +153,9 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.LocalRepoSourcesFile != nil {
 		m["local_repo_sources_file"] = Scalar(*s.LocalRepoSourcesFile)
+	}
+	if s.LocalRepoExposePath != nil {
+		m["local_repo_expose_path"] = Scalar(*s.LocalRepoExposePath)
 	}
 	if s.OutputDir != nil {
 		m["output_dir"] = Scalar(*s.OutputDir)

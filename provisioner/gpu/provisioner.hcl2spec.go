@@ -34,6 +34,7 @@ type FlatConfig struct {
 	NvidiaFabricManager               *string           `mapstructure:"nvidia_fabric_manager" required:"false" cty:"nvidia_fabric_manager" hcl:"nvidia_fabric_manager"`
 	NvidiaConfidentialCompute         *string           `mapstructure:"nvidia_confidential_compute" required:"false" cty:"nvidia_confidential_compute" hcl:"nvidia_confidential_compute"`
 	NvidiaGateOnPCI                   *string           `mapstructure:"nvidia_gate_on_pci" required:"false" cty:"nvidia_gate_on_pci" hcl:"nvidia_gate_on_pci"`
+	NvidiaModuleSigning               *string           `mapstructure:"nvidia_module_signing" required:"false" cty:"nvidia_module_signing" hcl:"nvidia_module_signing"`
 	Kernels                           *string           `mapstructure:"kernels" required:"false" cty:"kernels" hcl:"kernels"`
 	LocalRepo                         *string           `mapstructure:"local_repo" required:"false" cty:"local_repo" hcl:"local_repo"`
 	LocalRepoPath                     *string           `mapstructure:"local_repo_path" required:"false" cty:"local_repo_path" hcl:"local_repo_path"`
@@ -44,6 +45,7 @@ type FlatConfig struct {
 	LocalRepoPassphraseEnv            *string           `mapstructure:"local_repo_passphrase_env" required:"false" cty:"local_repo_passphrase_env" hcl:"local_repo_passphrase_env"`
 	LocalRepoKeyring                  *string           `mapstructure:"local_repo_keyring" required:"false" cty:"local_repo_keyring" hcl:"local_repo_keyring"`
 	LocalRepoSourcesFile              *string           `mapstructure:"local_repo_sources_file" required:"false" cty:"local_repo_sources_file" hcl:"local_repo_sources_file"`
+	LocalRepoExposePath               *string           `mapstructure:"local_repo_expose_path" required:"false" cty:"local_repo_expose_path" hcl:"local_repo_expose_path"`
 	OutputDir                         *string           `mapstructure:"output_dir" required:"false" cty:"output_dir" hcl:"output_dir"`
 	Verify                            *string           `mapstructure:"verify" required:"false" cty:"verify" hcl:"verify"`
 	SourceDateEpoch                   *string           `mapstructure:"source_date_epoch" required:"false" cty:"source_date_epoch" hcl:"source_date_epoch"`
@@ -89,6 +91,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"nvidia_fabric_manager":                 &hcldec.AttrSpec{Name: "nvidia_fabric_manager", Type: cty.String, Required: false},
 		"nvidia_confidential_compute":           &hcldec.AttrSpec{Name: "nvidia_confidential_compute", Type: cty.String, Required: false},
 		"nvidia_gate_on_pci":                    &hcldec.AttrSpec{Name: "nvidia_gate_on_pci", Type: cty.String, Required: false},
+		"nvidia_module_signing":                 &hcldec.AttrSpec{Name: "nvidia_module_signing", Type: cty.String, Required: false},
 		"kernels":                               &hcldec.AttrSpec{Name: "kernels", Type: cty.String, Required: false},
 		"local_repo":                            &hcldec.AttrSpec{Name: "local_repo", Type: cty.String, Required: false},
 		"local_repo_path":                       &hcldec.AttrSpec{Name: "local_repo_path", Type: cty.String, Required: false},
@@ -99,6 +102,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"local_repo_passphrase_env":             &hcldec.AttrSpec{Name: "local_repo_passphrase_env", Type: cty.String, Required: false},
 		"local_repo_keyring":                    &hcldec.AttrSpec{Name: "local_repo_keyring", Type: cty.String, Required: false},
 		"local_repo_sources_file":               &hcldec.AttrSpec{Name: "local_repo_sources_file", Type: cty.String, Required: false},
+		"local_repo_expose_path":                &hcldec.AttrSpec{Name: "local_repo_expose_path", Type: cty.String, Required: false},
 		"output_dir":                            &hcldec.AttrSpec{Name: "output_dir", Type: cty.String, Required: false},
 		"verify":                                &hcldec.AttrSpec{Name: "verify", Type: cty.String, Required: false},
 		"source_date_epoch":                     &hcldec.AttrSpec{Name: "source_date_epoch", Type: cty.String, Required: false},
