@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,7 +153,8 @@ func bootOnce(t *testing.T, work, disk, accel string, smbios []string) (res boot
 	}
 	args = append(args, smbios...)
 	cmd := exec.Command("qemu-system-x86_64", args...)
-	var stderr lockedBuffer
+	// builderOutput is safe for QEMU's output goroutines and the watcher.
+	var stderr builderOutput
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -366,23 +366,4 @@ func diskFormat(disk string) string {
 func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
-}
-
-// lockedBuffer is a bytes.Buffer that QEMU's output goroutines and the
-// watcher can share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
