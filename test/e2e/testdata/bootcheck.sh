@@ -10,6 +10,7 @@ exec >/dev/ttyS1 2>&1
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
 # MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD and EXPOSE come from the test.
 . "$creds/podvm.bootcheck.env"
+: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}"
 
 failures=0
 ok() { echo "PODVM-CHECK $1 ok ${2:-}"; }
@@ -71,7 +72,7 @@ if [ -n "$MODULE" ]; then
 	loaded=$(grep -w '^nouveau' /proc/modules)
 	if [ -n "$loaded" ]; then
 		fail nouveau "loaded: $loaded"
-	elif [ "$INITRD" = host ]; then
+	elif [ "${INITRD:-}" = host ]; then
 		# A unified kernel image carries its initrd; the test reads it on the host.
 		ok nouveau "not loaded (initrd checked on the host)"
 	elif ! list=$(lsinitramfs "/boot/initrd.img-$kver" 2>&1); then
@@ -85,7 +86,7 @@ fi
 
 # 6. The repository is bound read-only where the GPU Operator's driver
 #    container sees it (below the host's /run/nvidia).
-if [ -n "$EXPOSE" ]; then
+if [ -n "${EXPOSE:-}" ]; then
 	unit=$(systemd-escape --path --suffix=mount "$EXPOSE")
 	opts=$(findmnt -n -o OPTIONS --mountpoint "$EXPOSE" 2>&1)
 	if [ "$(systemctl is-active "$unit")" = active ] && echo ",$opts," | grep -q ',ro,' &&
