@@ -7,6 +7,10 @@
 # did not report at all, and needs the END line to trust the run.
 set -u
 exec >/dev/ttyS1 2>&1
+# However the script ends, the VM powers off; an early end says so and
+# leaves out the END line, which the test needs to trust the run.
+finished=0
+trap '[ "$finished" = 1 ] || echo "PODVM-CHECK-ABORTED the check script stopped early"; systemctl --no-block poweroff' EXIT
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
 # MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD and EXPOSE come from the test.
 . "$creds/podvm.bootcheck.env"
@@ -141,5 +145,5 @@ else
 fi
 rm -rf "$c"
 
+finished=1
 echo "PODVM-CHECK-END failures=$failures"
-systemctl --no-block poweroff
