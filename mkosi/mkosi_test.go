@@ -78,6 +78,7 @@ type summary struct {
 		MinimumVersion          string
 		SandboxTrees            []struct{ Source string }
 		ExtraTrees              []struct{ Source string }
+		SkeletonTrees           []struct{ Source string }
 		PostInstallationScripts []string
 		FinalizeScripts         []string
 		Format                  string
@@ -151,9 +152,13 @@ func TestMkosiSummary(t *testing.T) {
 				if !gpuOn && slices.ContainsFunc(img.Packages, func(p string) bool { return strings.Contains(p, "nvidia") }) {
 					t.Errorf("GPU off, yet Packages = %v", img.Packages)
 				}
-				if gpuOn && (len(img.PostInstallationScripts) != 1 || len(img.FinalizeScripts) != 1 || len(img.SandboxTrees) != 2 || len(img.ExtraTrees) != 1) {
-					t.Errorf("scripts/trees not picked up: postinst %v finalize %v sandbox %v extra %v",
-						img.PostInstallationScripts, img.FinalizeScripts, img.SandboxTrees, img.ExtraTrees)
+				// The top level's extra tree (firstboot masked) and the
+				// profile's; the profile's skeleton (DKMS's configuration,
+				// before packages).
+				if gpuOn && (len(img.PostInstallationScripts) != 1 || len(img.FinalizeScripts) != 1 || len(img.SandboxTrees) != 2 ||
+					len(img.ExtraTrees) != 2 || len(img.SkeletonTrees) != 1) {
+					t.Errorf("scripts/trees not picked up: postinst %v finalize %v sandbox %v extra %v skeleton %v",
+						img.PostInstallationScripts, img.FinalizeScripts, img.SandboxTrees, img.ExtraTrees, img.SkeletonTrees)
 				}
 			})
 		}

@@ -133,6 +133,12 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 		"Settings for "+t.String()+" only: mkosi skips this file for any other\ndistribution, release or architecture. Packages= are the image's kernel, for\nwhich the GPU modules and the local repository are built, and what it\nneeds to boot from a disk.",
 		match, content)))
 
+	// A pod VM boots headless: systemd-firstboot's interactive wizard (it
+	// prompts on the console of a mkosi image, which has no /etc/shadow)
+	// would stop the boot at "Press any key". An empty unit file masks it;
+	// every VM still gets its own machine ID.
+	r.files.add("mkosi.extra/etc/systemd/system/systemd-firstboot.service", 0o644, nil)
+
 	// mkosi's built-in Debian list includes a -debug suite that mirrors
 	// rarely carry; a sources file in the sandbox replaces the whole list.
 	r.files.add("mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(archive)))
