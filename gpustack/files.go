@@ -103,10 +103,19 @@ const signModulesScript = `set -eu
 mode=$1 subject=$2 der=$3 pem=$4
 shift 4
 [ $# -gt 0 ] || { echo "podvm-gpu: no kernel to sign modules for" >&2; exit 1; }
+# Only what DKMS installed (updates/): the kernel's own nvidia-wmi or
+# nvidiafb modules keep the distribution's signature.
 modules() {
-	find "/usr/lib/modules/$1" -name 'nvidia*.ko' -o -name 'nvidia*.ko.xz' -o -name 'nvidia*.ko.zst' -o -name 'nvidia*.ko.gz' | sort
+	[ -d "/usr/lib/modules/$1/updates" ] || return 0
+	find "/usr/lib/modules/$1/updates" -name 'nvidia*.ko' -o -name 'nvidia*.ko.xz' -o -name 'nvidia*.ko.zst' -o -name 'nvidia*.ko.gz' | sort
 }
+# Keys DKMS makes when it is not told otherwise (dkms 3 and, on Ubuntu,
+# dkms 2 through shim-signed).
+dkms_keys="/var/lib/dkms/mok.key /var/lib/shim-signed/mok/MOK.priv"
 if [ "$mode" = verify ]; then
+	for key in $dkms_keys; do
+		[ ! -e "$key" ] || { echo "$key: a private module signing key in the image" >&2; exit 1; }
+	done
 	n=0
 	for k; do
 		for f in $(modules "$k"); do
@@ -128,7 +137,9 @@ if [ "$(stat -f -c %T /run)" != tmpfs ]; then
 	exit 1
 fi
 dir=$(mktemp -d /run/podvm-module-signing.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+new=""
+trap 'rm -rf "$dir"; [ -z "$new" ] || rm -f "$new"' EXIT
+trap 'exit 1' INT TERM HUP
 chmod 700 "$dir"
 openssl req -new -x509 -newkey rsa:3072 -sha256 -nodes -days 36500 -subj "/CN=$subject/" \
 	-addext "extendedKeyUsage=codeSigning" -keyout "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||
@@ -156,18 +167,27 @@ for k; do
 			truncate -s $((size - 40 - siglen)) "$dir/m.ko"
 		fi
 		"$signfile" "$hash" "$dir/key.pem" "$dir/cert.der" "$dir/m.ko"
+		new="$f.podvm-new"
 		case "$f" in
-		*.ko.xz) xz --check=crc32 --lzma2=dict=1MiB -6 -c "$dir/m.ko" >"$f.podvm-new" ;;
-		*.ko.zst) zstd -q -c "$dir/m.ko" >"$f.podvm-new" ;;
-		*.ko.gz) gzip -9 -c "$dir/m.ko" >"$f.podvm-new" ;;
-		*) cp "$dir/m.ko" "$f.podvm-new" ;;
+		*.ko.xz) xz --check=crc32 --lzma2=dict=1MiB -6 -c "$dir/m.ko" >"$new" ;;
+		*.ko.zst) zstd -q -c "$dir/m.ko" >"$new" ;;
+		*.ko.gz) gzip -9 -c "$dir/m.ko" >"$new" ;;
+		*) cp "$dir/m.ko" "$new" ;;
 		esac
-		chmod 0644 "$f.podvm-new"
-		mv "$f.podvm-new" "$f"
+		chmod 0644 "$new"
+		mv "$new" "$f"
+		new=""
 		n=$((n + 1))
 	done
 done
 [ "$n" -gt 0 ] || { echo "podvm-gpu: no NVIDIA module found for kernels $*" >&2; exit 1; }
+# A key DKMS made before its configuration applied goes, with its pair.
+for key in $dkms_keys; do
+	if [ -e "$key" ]; then
+		echo "podvm-gpu: removing $key, which DKMS made" >&2
+		rm -f "$key" "${key%.*}.pub" "${key%.*}.der"
+	fi
+done
 mkdir -p "$(dirname "$der")" "$(dirname "$pem")"
 install -m 0644 -o root -g root "$dir/cert.der" "$der"
 openssl x509 -inform DER -in "$der" -out "$dir/cert.pem"

@@ -112,9 +112,10 @@ var (
 	checkPkgName       = matches(pkgNameRe, "Debian package names (lowercase letters, digits, + - .)")
 	checkAbsPath       = checker{
 		ok: func(s string) bool {
-			return path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`")
+			// % too: systemd expands it in the units that name these paths.
+			return path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`%")
 		},
-		allowed: "an absolute, clean path other than / without spaces, quotes or $",
+		allowed: "an absolute, clean path other than / without spaces, quotes, $ or %",
 	}
 	checkHostPath = checker{
 		ok:      func(s string) bool { return !strings.ContainsAny(s, "\n\x00") },
@@ -288,8 +289,13 @@ var Table = []Setting{
 	{Key: "local_repo_expose_path", Env: "LOCAL_REPO_EXPOSE_PATH", Kind: String, Default: "/run/nvidia/local-packages", Section: "repo",
 		Help: "Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
 		check: &checker{
-			ok:      func(s string) bool { return s == "none" || checkAbsPath.ok(s) },
-			allowed: "none, or " + checkAbsPath.allowed,
+			// Below /run (a tmpfs, nothing to shadow) and not /run/nvidia
+			// itself, where the operator creates its own directories; no %,
+			// which systemd would expand in the mount unit.
+			ok: func(s string) bool {
+				return s == "none" || (checkAbsPath.ok(s) && strings.HasPrefix(s, "/run/") && s != "/run/nvidia" && !strings.Contains(s, "%"))
+			},
+			allowed: "none, or a clean path below /run/ other than /run/nvidia, without spaces, quotes, $ or %, such as /run/nvidia/local-packages",
 		},
 		set: func(o *Options, v value) {
 			if v.s != "none" {

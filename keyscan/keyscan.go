@@ -87,7 +87,7 @@ func (f Finding) String() string { return f.Path + ": " + f.Kind }
 // in skip (relative to root, such as "proc"), and the files pristine
 // reports as unchanged from a package (nil: none). It returns what it found
 // and how many files it read.
-func Tree(root string, skip []string, pristine func(rel string, data []byte) bool) ([]Finding, int, error) {
+func Tree(root string, skip []string, pristine func(rel string, md5sum func() string) bool) ([]Finding, int, error) {
 	skipped := map[string]bool{}
 	for _, s := range skip {
 		skipped[filepath.Clean(s)] = true
@@ -111,14 +111,15 @@ func Tree(root string, skip []string, pristine func(rel string, data []byte) boo
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		kind, data, err := scanFile(p, d.Name())
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", p, err)
 		}
 		files++
-		if kind := Find(d.Name(), data); kind != "" {
+		if kind != "" {
 			slash := "/" + filepath.ToSlash(rel)
-			if pristine == nil || !pristine(slash, data) {
+			sum := func() string { return md5Of(p, data) }
+			if pristine == nil || !pristine(slash, sum) {
 				found = append(found, Finding{Path: slash, Kind: kind})
 			}
 		}
@@ -127,11 +128,57 @@ func Tree(root string, skip []string, pristine func(rel string, data []byte) boo
 	return found, files, err
 }
 
+// wholeFileLimit is the largest file read whole; larger ones (a sparse
+// lastlog, a swap file) are streamed and searched for PEM blocks only.
+const wholeFileLimit = 64 << 20
+
+// scanFile runs Find over the file at p, reading it whole when it is small
+// and in overlapping chunks otherwise. data is the file's content when it
+// was read whole (for the pristine check), else nil.
+func scanFile(p, name string) (kind string, data []byte, err error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", nil, err
+	}
+	if fi.Size() <= wholeFileLimit {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return "", nil, err
+		}
+		return Find(name, data), data, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	const chunk, overlap = 1 << 20, 256
+	buf := make([]byte, chunk+overlap)
+	keep := 0
+	for first := true; ; first = false {
+		n, rerr := io.ReadFull(f, buf[keep:])
+		window := buf[:keep+n]
+		if first && bytes.HasPrefix(window, opensshMagic) {
+			return "OpenSSH private key (binary)", nil, nil
+		}
+		if m := pemPrivate.Find(window); m != nil {
+			return "PEM " + strings.Trim(string(m), "- "), nil, nil
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return "", nil, nil
+		}
+		if rerr != nil {
+			return "", nil, rerr
+		}
+		keep = copy(buf, window[len(window)-overlap:])
+	}
+}
+
 // DpkgPristine returns a check for Tree that passes over files a package of
 // the image at root installed and that still have the package's content
 // (dpkg's md5sums): test keys and PEM headers in shipped files are the
 // distribution's, not ours. A changed file is scanned like any other.
-func DpkgPristine(root string) (func(rel string, data []byte) bool, error) {
+func DpkgPristine(root string) (func(rel string, md5sum func() string) bool, error) {
 	sums := map[string]string{}
 	lists, err := filepath.Glob(filepath.Join(root, "var/lib/dpkg/info/*.md5sums"))
 	if err != nil {
@@ -149,18 +196,33 @@ func DpkgPristine(root string) (func(rel string, data []byte) bool, error) {
 			}
 		}
 	}
-	return func(rel string, data []byte) bool {
+	return func(rel string, md5sum func() string) bool {
 		want, ok := sums[rel]
 		if !ok {
 			// usrmerge: dpkg may record /lib/... for /usr/lib/...
 			want, ok = sums[strings.TrimPrefix(rel, "/usr")]
 		}
-		if !ok {
-			return false
-		}
-		sum := md5.Sum(data)
-		return hex.EncodeToString(sum[:]) == want
+		return ok && md5sum() == want
 	}, nil
+}
+
+// md5Of is dpkg's checksum of a file: of data when the file was read
+// whole, else streamed from p ("" when it cannot be read).
+func md5Of(p string, data []byte) string {
+	if data != nil {
+		sum := md5.Sum(data)
+		return hex.EncodeToString(sum[:])
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := md5.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // armoredSecret reports whether an armor block in data holds a secret-key
@@ -230,13 +292,16 @@ func secretPacket(b []byte) (secret, whole bool) {
 				n = -1
 			}
 		}
-		if tag == 5 || tag == 7 {
+		if n >= 0 && int64(len(b)) < n {
+			return secret, false
+		}
+		// A secret-key packet starts with a key version, 3 to 6.
+		if (tag == 5 || tag == 7) && len(b) > 0 && b[0] >= 3 && b[0] <= 6 {
 			secret = true
 		}
 		if n < 0 {
-			return secret, true
-		}
-		if int64(len(b)) < n {
+			// An indeterminate length runs to the end: any byte string
+			// parses that way, so it proves no packet sequence.
 			return secret, false
 		}
 		b = b[n:]

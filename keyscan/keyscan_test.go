@@ -91,7 +91,7 @@ func planted(t *testing.T) (keys, harmless map[string][]byte) {
 		"secret.gpg":            sec.Bytes(),
 		"renamed-secret":        sec.Bytes(), // a well-formed packet sequence under any name
 		"config-with-key.yaml":  append([]byte("tls:\n  key: |\n"), pemBlock("PRIVATE KEY", pkcs8)...),
-		"old-format-secret.gpg": {0x98, 3, 1, 2, 3, 0x94, 1, 0},
+		"old-format-secret.gpg": {0x98, 3, 1, 2, 3, 0x94, 1, 4}, // public (tag 6), then secret (tag 5, version 4)
 	}
 	harmless = map[string][]byte{
 		"cert.pem":     pemBlock("CERTIFICATE", cert),
@@ -103,6 +103,11 @@ func planted(t *testing.T) (keys, harmless map[string][]byte) {
 		"empty":        nil,
 		"binary":       {0x94, 0xff, 0xff, 0xff, 0x10, 1, 2, 3}, // starts like a tag-5 packet, parses as none
 		"sequence.bin": {0x30, 0x03, 0x02, 0x01, 0x05},          // DER, not a key
+		// Old-format tag 5 with an indeterminate length: any bytes parse so.
+		"random-97.bin": {0x97, 0x04, 0xaa, 0xbb},
+		"random-9f.bin": {0x9f, 0x00},
+		"after-packet":  {0x80, 0x01, 0xaa, 0x97, 0x04, 0x01},
+		"bad-version":   {0x94, 0x02, 0x09, 0x01}, // tag 5, version 9
 	}
 	return keys, harmless
 }
@@ -167,5 +172,25 @@ func TestTree(t *testing.T) {
 	}
 	if files < len(keys)+len(harmless)+2 {
 		t.Errorf("read %d files", files)
+	}
+}
+
+// A file too large to read whole is still searched for PEM blocks,
+// across chunk boundaries.
+func TestTreeLargeFile(t *testing.T) {
+	root := t.TempDir()
+	f, err := os.Create(filepath.Join(root, "big.log"))
+	must(t, err)
+	// The BEGIN line straddles a 1 MiB chunk boundary past the limit.
+	must(t, f.Truncate(wholeFileLimit+(1<<20)-10))
+	_, err = f.Seek(0, 2)
+	must(t, err)
+	_, err = f.WriteString("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n")
+	must(t, err)
+	must(t, f.Close())
+	found, _, err := Tree(root, nil, nil)
+	must(t, err)
+	if len(found) != 1 || found[0].Path != "/big.log" {
+		t.Errorf("found %v", found)
 	}
 }

@@ -16,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
 
 // Disk formats; directory and tar leave or pack the tree only.
@@ -99,7 +102,12 @@ type bootKernel struct {
 // first. A kernel without one cannot mount a root on a disk (ext4 is a
 // module in distribution kernels), so it is an error, not a skip.
 func findBootKernels(root string) ([]bootKernel, error) {
-	matches, err := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	// /boot may be a link: resolve it inside the tree, never on the host.
+	boot, err := chroot.ResolveIn(root, "/boot")
+	if err != nil {
+		return nil, fmt.Errorf("find kernels: %w", err)
+	}
+	matches, err := filepath.Glob(filepath.Join(boot, "vmlinuz-*"))
 	if err != nil {
 		return nil, err
 	}
@@ -109,12 +117,17 @@ func findBootKernels(root string) ([]bootKernel, error) {
 		if !kernelVersionRE.MatchString(v) {
 			return nil, fmt.Errorf("kernel %q in /boot is not a kernel version this builder boots", filepath.Base(m))
 		}
-		k := bootKernel{Version: v, Image: "boot/vmlinuz-" + v}
+		rel, _ := filepath.Rel(root, boot)
+		k := bootKernel{Version: v, Image: filepath.Join(rel, "vmlinuz-"+v)}
 		for _, name := range []string{"initrd.img-" + v, "initramfs-" + v + ".img"} {
-			if fi, err := os.Stat(filepath.Join(root, "boot", name)); err == nil && fi.Mode().IsRegular() {
-				k.Initrd = "boot/" + name
+			// Lstat: a link out of the tree is no initramfs of the image.
+			if fi, err := os.Lstat(filepath.Join(boot, name)); err == nil && fi.Mode().IsRegular() {
+				k.Initrd = filepath.Join(rel, name)
 				break
 			}
+		}
+		if fi, err := os.Lstat(filepath.Join(boot, "vmlinuz-"+v)); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("kernel %s: /boot/vmlinuz-%s is not a regular file of the image", v, v)
 		}
 		if k.Initrd == "" {
 			return nil, fmt.Errorf("kernel %s has no initramfs in /boot: install initramfs-tools (or dracut) in the image so the disk can mount its root", v)
@@ -175,13 +188,13 @@ type diskLayout struct {
 // newLayout places a 1 MiB-aligned ESP and root on a disk of size bytes,
 // or of a size that fits used bytes of tree with room to spare when size is
 // 0. The disk's size is a whole number of MiB, as Azure's fixed VHDs need.
-func newLayout(size, used int64, arch, partUUID string) (diskLayout, error) {
+func newLayout(size, used, esp int64, arch, partUUID string) (diskLayout, error) {
 	rootType, ok := rootTypes[arch]
 	if !ok {
 		return diskLayout{}, fmt.Errorf("no GPT root partition type known for architecture %q", arch)
 	}
 	// Room for the ESP, both GPT copies and their alignment.
-	overhead := espSize + 2*mib
+	overhead := esp + 2*mib
 	// ext4 metadata, reserved blocks and free space for first boot.
 	need := used + used/4 + gib
 	if size == 0 {
@@ -191,11 +204,25 @@ func newLayout(size, used int64, arch, partUUID string) (diskLayout, error) {
 	if size-overhead < need {
 		return diskLayout{}, fmt.Errorf("disk_size %dM is too small: the tree needs about %dM", size/mib, roundUp(need+overhead, mib)/mib)
 	}
-	l := diskLayout{Size: size, ESPStart: mib, ESPSize: espSize, RootType: rootType, PartUUID: partUUID}
+	l := diskLayout{Size: size, ESPStart: mib, ESPSize: esp, RootType: rootType, PartUUID: partUUID}
 	l.RootStart = l.ESPStart + l.ESPSize
 	// The backup GPT takes the last 33 sectors; end root on a MiB.
 	l.RootSize = size - mib - l.RootStart
 	return l, nil
+}
+
+// espFor sizes the ESP for the kernels and initramfs images it holds, with
+// room for a third more, and at least espSize.
+func espFor(root string, kernels []bootKernel) int64 {
+	var sum int64
+	for _, k := range kernels {
+		for _, f := range []string{k.Image, k.Initrd} {
+			if fi, err := os.Stat(filepath.Join(root, f)); err == nil {
+				sum += fi.Size()
+			}
+		}
+	}
+	return max(espSize, roundUp(sum+sum/3+16*mib, mib))
 }
 
 func roundUp(n, to int64) int64 { return (n + to - 1) / to * to }
@@ -328,8 +355,13 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 	if !ok {
 		return res, fmt.Errorf("no UEFI boot loader known for architecture %q", b.Arch)
 	}
-	loader := filepath.Join(b.Root, "usr/lib/systemd/boot/efi", names[0])
-	if _, err := os.Stat(loader); err != nil {
+	loader := ""
+	if dir, err := chroot.ResolveIn(b.Root, "/usr/lib/systemd/boot/efi"); err == nil {
+		if fi, err := os.Lstat(filepath.Join(dir, names[0])); err == nil && fi.Mode().IsRegular() {
+			loader = filepath.Join(dir, names[0])
+		}
+	}
+	if loader == "" {
 		loader = filepath.Join(b.HostBootloaderDir, names[0])
 		if _, err := os.Stat(loader); err != nil {
 			return res, fmt.Errorf("no systemd-boot for %s: the image has no /usr/lib/systemd/boot/efi/%s and neither has this host (%s); install systemd-boot-efi in the image or on the host", b.Arch, names[0], b.HostBootloaderDir)
@@ -345,7 +377,7 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	l, err := newLayout(b.Size, used, b.Arch, partUUID)
+	l, err := newLayout(b.Size, used, espFor(b.Root, kernels), b.Arch, partUUID)
 	if err != nil {
 		return res, err
 	}
@@ -356,7 +388,10 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 		return res, err
 	}
 
-	work, err := os.MkdirTemp(filepath.Dir(b.Output), ".podvm-disk-")
+	// Named for this process: a killed build's multi-GB leftovers are
+	// removed by the next.
+	staging.RemoveStale(filepath.Dir(b.Output), ".podvm-disk-")
+	work, err := os.MkdirTemp(filepath.Dir(b.Output), staging.Pattern(".podvm-disk-"))
 	if err != nil {
 		return res, fmt.Errorf("disk work directory: %w", err)
 	}

@@ -45,7 +45,7 @@ func TestCompareVersions(t *testing.T) {
 }
 
 func TestNewLayout(t *testing.T) {
-	l, err := newLayout(0, 600*mib, "amd64", "11111111-2222-4333-8444-555555555555")
+	l, err := newLayout(0, 600*mib, espSize, "amd64", "11111111-2222-4333-8444-555555555555")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +55,13 @@ func TestNewLayout(t *testing.T) {
 	if l.ESPStart != mib || l.RootStart != mib+espSize || l.RootStart+l.RootSize != l.Size-mib {
 		t.Errorf("layout %+v: partitions not MiB aligned or overlapping the GPTs", l)
 	}
-	if l, err := newLayout(4*gib+1, 0, "amd64", "u"); err != nil || l.Size != 4*gib+mib {
+	if l, err := newLayout(4*gib+1, 0, espSize, "amd64", "u"); err != nil || l.Size != 4*gib+mib {
 		t.Errorf("explicit size rounds up to a MiB: %d, %v", l.Size, err)
 	}
-	if _, err := newLayout(1*gib, 2*gib, "amd64", "u"); err == nil || !strings.Contains(err.Error(), "disk_size 1024M is too small") {
+	if _, err := newLayout(1*gib, 2*gib, espSize, "amd64", "u"); err == nil || !strings.Contains(err.Error(), "disk_size 1024M is too small") {
 		t.Errorf("too small: %v", err)
 	}
-	if _, err := newLayout(0, 0, "s390x", "u"); err == nil {
+	if _, err := newLayout(0, 0, espSize, "s390x", "u"); err == nil {
 		t.Error("unknown architecture accepted")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/keyscan"
 )
 
@@ -41,14 +42,16 @@ func scrubImage(root string) error {
 	if err := replaceFile(root, "/etc/machine-id", nil, 0o444); err != nil {
 		return err
 	}
-	dbus := filepath.Join(root, "var/lib/dbus/machine-id")
-	if fi, err := os.Lstat(dbus); err == nil && fi.Mode().IsRegular() {
-		if err := os.Remove(dbus); err != nil {
-			return fmt.Errorf("remove /var/lib/dbus/machine-id: %w", err)
+	if dir, err := chroot.ResolveIn(root, "/var/lib/dbus"); err == nil {
+		dbus := filepath.Join(dir, "machine-id")
+		if fi, err := os.Lstat(dbus); err == nil && fi.Mode().IsRegular() {
+			if err := os.Remove(dbus); err != nil {
+				return fmt.Errorf("remove /var/lib/dbus/machine-id: %w", err)
+			}
 		}
 	}
 	for _, g := range hygieneGlobs {
-		matches, err := filepath.Glob(filepath.Join(root, g))
+		matches, err := globIn(root, g)
 		if err != nil {
 			return err
 		}
@@ -74,7 +77,7 @@ func hygieneProblems(root string) []string {
 	if err != nil {
 		out = append(out, "reading dpkg's file sums: "+err.Error())
 	}
-	found, _, err := keyscan.Tree(root, []string{"proc", "sys", "dev", "run", "tmp"}, pristine)
+	found, _, err := keyscan.Tree(root, []string{"proc", "sys", "dev"}, pristine)
 	if err != nil {
 		out = append(out, "scanning for private keys: "+err.Error())
 	}
@@ -91,11 +94,13 @@ func hygieneProblems(root string) []string {
 	case fi.Size() != 0:
 		out = append(out, "/etc/machine-id is not empty: every VM from this image would share one machine ID")
 	}
-	if fi, err := os.Lstat(filepath.Join(root, "var/lib/dbus/machine-id")); err == nil && fi.Mode().IsRegular() {
-		out = append(out, "/var/lib/dbus/machine-id is a file of its own: every VM would share it")
+	if dir, err := chroot.ResolveIn(root, "/var/lib/dbus"); err == nil {
+		if fi, err := os.Lstat(filepath.Join(dir, "machine-id")); err == nil && fi.Mode().IsRegular() {
+			out = append(out, "/var/lib/dbus/machine-id is a file of its own: every VM would share it")
+		}
 	}
 	for _, g := range hygieneGlobs {
-		matches, _ := filepath.Glob(filepath.Join(root, g))
+		matches, _ := globIn(root, g)
 		for _, m := range matches {
 			rel, _ := filepath.Rel(root, m)
 			if hygieneKeep[rel] {
@@ -109,4 +114,15 @@ func hygieneProblems(root string) []string {
 		}
 	}
 	return out
+}
+
+// globIn matches pattern (relative to the tree, the pattern in its last
+// element only) with its directory resolved inside root: a link in the tree
+// never leads the scrub to the host's files.
+func globIn(root, pattern string) ([]string, error) {
+	dir, err := chroot.ResolveIn(root, "/"+filepath.Dir(pattern))
+	if err != nil {
+		return nil, nil // a directory the tree lacks holds nothing
+	}
+	return filepath.Glob(filepath.Join(dir, filepath.Base(pattern)))
 }

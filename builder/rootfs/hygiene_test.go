@@ -87,3 +87,25 @@ func TestHygieneFindsPrivateKeys(t *testing.T) {
 		t.Errorf("problems:\n%s", got)
 	}
 }
+
+// A directory link in the tree is followed inside the tree, as the image
+// would see it: the host's files behind the same absolute path are never
+// removed.
+func TestScrubImageDirectoryLink(t *testing.T) {
+	chroottest.RequireRoot(t)
+	root := t.TempDir()
+	host := t.TempDir() // stands for the host's /etc/ssh
+	must(t, os.WriteFile(filepath.Join(host, "ssh_host_ed25519_key"), []byte("host key"), 0o600))
+	must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	must(t, os.Symlink(host, filepath.Join(root, "etc/ssh")))
+	// The same path inside the tree holds the image's key.
+	must(t, os.MkdirAll(filepath.Join(root, host), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, host, "ssh_host_ed25519_key"), []byte("image key"), 0o600))
+	must(t, scrubImage(root))
+	if b, err := os.ReadFile(filepath.Join(host, "ssh_host_ed25519_key")); err != nil || string(b) != "host key" {
+		t.Fatalf("the host's key behind the link was touched: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, host, "ssh_host_ed25519_key")); !os.IsNotExist(err) {
+		t.Errorf("the image's key (through the link, inside the tree) is still there: %v", err)
+	}
+}

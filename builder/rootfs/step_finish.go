@@ -102,14 +102,10 @@ func (s *stepDisk) Run(ctx context.Context, state multistep.StateBag) multistep.
 	return multistep.ActionContinue
 }
 
-// Cleanup removes a disk image a failed build may have left.
-func (s *stepDisk) Cleanup(state multistep.StateBag) {
-	if !failed(state) {
-		return
-	}
-	cfg := state.Get("config").(*Config)
-	_ = os.Remove(cfg.OutputImage)
-}
+// Cleanup has nothing to undo: the image is renamed into place only when
+// complete, and its work directory is removed by buildDisk, so a failed
+// build leaves an earlier image as it was.
+func (s *stepDisk) Cleanup(multistep.StateBag) {}
 
 // hostBootloaderDir is where Debian's systemd-boot-efi puts systemd-boot.
 const hostBootloaderDir = "/usr/lib/systemd/boot/efi"

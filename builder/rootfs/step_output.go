@@ -78,6 +78,18 @@ func (s *stepOutputDir) Run(_ context.Context, state multistep.StateBag) multist
 	case !fi.IsDir():
 		return halt(state, fmt.Errorf("output_directory %s exists and is not a directory", dir))
 	default:
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return halt(state, fmt.Errorf("output_directory: %w", err))
+		}
+		if len(entries) == 0 {
+			break
+		}
+		// Nothing in a directory is touched without -force: it may be
+		// somebody else's, processes and mounts included.
+		if !cfg.PackerForce {
+			return halt(state, fmt.Errorf("output_directory %s already exists and is not empty; remove it or run packer build -force", dir))
+		}
 		// We hold the lock, so no live build owns mounts or processes
 		// under the directory: any there were left by one that was killed
 		// (SIGKILL skips every cleanup). Its processes go first: they
@@ -100,18 +112,9 @@ func (s *stepOutputDir) Run(_ context.Context, state multistep.StateBag) multist
 		if err != nil {
 			return halt(state, fmt.Errorf("output_directory: %w", err))
 		}
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return halt(state, fmt.Errorf("output_directory: %w", err))
-		}
-		if len(entries) > 0 {
-			if !cfg.PackerForce {
-				return halt(state, fmt.Errorf("output_directory %s already exists and is not empty; remove it or run packer build -force", dir))
-			}
-			ui.Say(fmt.Sprintf("Removing the existing output_directory %s (-force)", dir))
-			if err := removeTree(dir); err != nil {
-				return halt(state, err)
-			}
+		ui.Say(fmt.Sprintf("Removing the existing output_directory %s (-force)", dir))
+		if err := removeTree(dir); err != nil {
+			return halt(state, err)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
