@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/md5"
+	"encoding/hex"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -560,7 +562,9 @@ func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
 		t.Errorf("manifest module_signing %+v, certificate %q %s", m.GPU.ModuleSigning, cert.Subject.CommonName, artifact.CertSHA256(der))
 	}
 	var mods []string
-	filepath.WalkDir(filepath.Join(rootfs, "usr/lib/modules", kver), func(p string, d fs.DirEntry, err error) error {
+	// What DKMS built (updates/); the kernel's own nvidia-wmi and nvidiafb
+	// keep the distribution's signature, checked below.
+	filepath.WalkDir(filepath.Join(rootfs, "usr/lib/modules", kver, "updates"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && strings.HasPrefix(d.Name(), "nvidia") && strings.Contains(d.Name(), ".ko") {
 			mods = append(mods, strings.TrimPrefix(p, rootfs))
 		}
@@ -577,6 +581,24 @@ func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
 		}
 	}
 	t.Logf("%d NVIDIA modules signed by %q, certificate sha256 %s", len(mods), cert.Subject.CommonName, artifact.CertSHA256(der))
+	// The distribution's modules are untouched: still what dpkg installed.
+	pristine, err := keyscan.DpkgPristine(rootfs)
+	must(t, err)
+	var own []string
+	filepath.WalkDir(filepath.Join(rootfs, "usr/lib/modules", kver, "kernel"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), "nvidia") && strings.Contains(d.Name(), ".ko") {
+			own = append(own, p)
+		}
+		return nil
+	})
+	for _, p := range own {
+		b, err := os.ReadFile(p)
+		must(t, err)
+		rel := strings.TrimPrefix(p, rootfs)
+		if !pristine(rel, func() string { sum := md5.Sum(b); return hex.EncodeToString(sum[:]) }) {
+			t.Errorf("%s, a module of the kernel package, was changed", rel)
+		}
+	}
 	for _, f := range []string{"var/lib/dkms/mok.key", "var/lib/dkms/mok.pub"} {
 		if _, err := os.Stat(filepath.Join(rootfs, f)); err == nil {
 			t.Errorf("DKMS left /%s in the image", f)
