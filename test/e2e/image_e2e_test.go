@@ -5,8 +5,8 @@ package e2e
 import (
 	"bytes"
 	"crypto/md5"
-	"encoding/hex"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"io/fs"
