@@ -423,6 +423,7 @@ func gpuSteps(p *Plan, r release, f family) error {
 		gpuUnits = append(gpuUnits, ccUnit)
 	}
 	if o.BlacklistNouveau {
+		p.InitrdExclude = []string{"nouveau"}
 		p.add("nouveau", "Blacklisting nouveau",
 			WriteFile{Path: nouveauConf, Mode: modeFile, Owner: "root:root", Content: nouveauBlacklist},
 			WriteFile{Path: nouveauHook, Mode: modeScript, Owner: "root:root", Content: nouveauHookText},

@@ -96,4 +96,7 @@ func (debian) moduleLoadConf(d Driver) string {
 }
 
 // systemd-boot-efi holds the boot loader a disk builder puts on the ESP.
-func (debian) bootPackages() []string { return []string{"systemd-sysv", "udev", "systemd-boot-efi"} }
+func (debian) bootPackages() []string {
+	// apt, for the node's own use of the local repository and its checks.
+	return []string{"systemd-sysv", "udev", "systemd-boot-efi", "apt"}
+}

@@ -27,6 +27,11 @@ type Plan struct {
 	// BootPackages make a generator's image boot from a disk: init, udev
 	// and the EFI boot loader binaries a disk builder installs.
 	BootPackages []string
+	// InitrdExclude are kernel modules no initrd of the image may carry
+	// (nouveau, which must not bind an NVIDIA GPU before the driver). The
+	// plan's initramfs-tools hook keeps them out of the image's own; a
+	// generator that builds its own initrd excludes them there.
+	InitrdExclude []string
 	// KernelCmdline is the kernel command line of a bootable disk: a
 	// console on the screen and on the first serial port, as podvm-rootfs
 	// writes it.
@@ -381,6 +386,9 @@ func (p *Plan) Text() string {
 			fmt.Fprintf(&b, ", signer %q, certificate %s", ms.Signer, ms.CertDER)
 		}
 		b.WriteString("\n")
+	}
+	if len(p.InitrdExclude) > 0 {
+		fmt.Fprintf(&b, "kept out of every initrd: %s\n", strings.Join(p.InitrdExclude, " "))
 	}
 	if len(p.BootPackages) > 0 {
 		fmt.Fprintf(&b, "boot packages: %s\nkernel command line: %s\n", strings.Join(p.BootPackages, " "), p.KernelCmdline)

@@ -101,4 +101,7 @@ func (ubuntu) fabricManager(d Driver) ([]string, error) {
 func (ubuntu) moduleLoadConf(d Driver) string { return "" }
 
 // systemd-boot-efi holds the boot loader a disk builder puts on the ESP.
-func (ubuntu) bootPackages() []string { return []string{"systemd-sysv", "udev", "systemd-boot-efi"} }
+func (ubuntu) bootPackages() []string {
+	// apt, for the node's own use of the local repository and its checks.
+	return []string{"systemd-sysv", "udev", "systemd-boot-efi", "apt"}
+}

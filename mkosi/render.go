@@ -389,6 +389,9 @@ func (r *renderer) finish() error {
 		// default, spelled out because it matters for the image size.
 		scn.set("WithRecommends", "no")
 	}
+	// mkosi's own initrd collects kernel modules by its rules, not the
+	// image's initramfs hooks.
+	scn.list("KernelModulesInitrdExclude", r.p.InitrdExclude)
 	if e := r.p.Options.SourceDateEpoch; e >= 0 {
 		// mkosi exports it to the scripts, where the repository's Release
 		// date and the manifest take it.
