@@ -113,7 +113,8 @@ check_modules() {
 # minimal image has none, and then the build host's apt reads the
 # repository in $BUILDROOT.
 verify_repo() {
-	work=$(mktemp -d "$BUILDROOT/var/tmp/podvm-verify.XXXXXX")
+	# Not /var/tmp, /tmp or /run: mkosi-chroot mounts fresh ones over them.
+	work=$(mktemp -d "$BUILDROOT/var/lib/podvm-verify.XXXXXX")
 	trap 'rm -rf "$work"' EXIT
 	if [ -x "$BUILDROOT/usr/bin/apt-get" ]; then
 		apt="mkosi-chroot apt-get" root= d=${work#"$BUILDROOT"}
