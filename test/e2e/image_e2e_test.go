@@ -78,10 +78,12 @@ func TestImageE2E(t *testing.T) {
 	// The disk, exactly as `make mkosi` builds it, booted with the checks
 	// the Packer disk gets; what to look for comes from the tree build of
 	// the same configuration.
-	disk, uki := buildMkosiDisk(t, env, root, settings)
+	disk, uki, diskArts := buildMkosiDisk(t, env, root, settings)
 	t.Run("mkosi boot", func(t *testing.T) {
 		logDisk(t, disk)
-		spec := imageSpec(t, image, mkArts)
+		// The disk is its own build, with its own repository key: the
+		// ConfigMap comes from its artefacts.
+		spec := imageSpec(t, image, diskArts)
 		spec.InitrdOnHost = true
 		assertNoNouveauInUKI(t, uki)
 		assertBoot(t, bootCheck(t, disk, spec), spec)
@@ -155,7 +157,7 @@ func buildWithMkosi(t *testing.T, env *builderEnv, root, cache string, settings 
 
 // buildMkosiDisk runs example/mkosi/build.sh, which `make mkosi` runs, with
 // the same settings, into a scratch tree and output directory.
-func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []string) (disk, uki string) {
+func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []string) (disk, uki, arts string) {
 	t.Helper()
 	work := t.TempDir()
 	out := filepath.Join(work, "output")
@@ -181,7 +183,7 @@ func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []strin
 			t.Fatalf("make mkosi left no %s: %v\n%s", filepath.Base(f), err, log.String())
 		}
 	}
-	return disk, uki
+	return disk, uki, filepath.Join(out, "podvm-artifacts")
 }
 
 func logTimings(t *testing.T, out string) {
