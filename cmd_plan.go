@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -34,7 +34,7 @@ func runPlan(args []string) int {
 		fmt.Fprintln(os.Stderr, "plan:", err)
 		return 2
 	}
-	if errs := artifact.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
+	if errs := bake.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintln(os.Stderr, "plan:", e)
 		}

@@ -32,6 +32,7 @@ PODVM_SETTINGS := \
 	LOCAL_REPO_SOURCES_FILE \
 	LOCAL_REPO_EXPOSE_PATH \
 	PODVM_OUTPUT_DIR \
+	PODVM_HOLD_PACKAGES \
 	PODVM_VERIFY \
 	SOURCE_DATE_EPOCH
 $(foreach v,$(PODVM_SETTINGS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))

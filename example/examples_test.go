@@ -1,5 +1,5 @@
 // Package example_test checks the Kubernetes manifests shipped in
-// example/k8s and the GPU Operator files artifact.Write emits: each is
+// example/k8s and the GPU Operator files bake.Write emits: each is
 // parsed as YAML and the fields a user's cluster depends on are checked.
 package example_test
 
@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 )
 
 const (
@@ -223,20 +223,20 @@ func TestDriverRepoMountPatch(t *testing.T) {
 }
 
 // TestGPUOperatorConfigNames checks that the NVIDIADriver CR and the
-// proposed Helm values name the ConfigMap artifact.Write emits.
+// proposed Helm values name the ConfigMap bake.Write emits.
 func TestGPUOperatorConfigNames(t *testing.T) {
 	dir := filepath.Join("k8s", "gpu-operator")
 	cr := readDocs(t, filepath.Join(dir, "nvidiadriver.yaml"))[0].obj
-	if cr["kind"] != "NVIDIADriver" || get(cr, "spec", "repoConfig", "name") != artifact.DefaultConfigMap {
+	if cr["kind"] != "NVIDIADriver" || get(cr, "spec", "repoConfig", "name") != bake.DefaultConfigMap {
 		t.Errorf("nvidiadriver.yaml: kind %v repoConfig.name %v, want NVIDIADriver and %s",
-			cr["kind"], get(cr, "spec", "repoConfig", "name"), artifact.DefaultConfigMap)
+			cr["kind"], get(cr, "spec", "repoConfig", "name"), bake.DefaultConfigMap)
 	}
 	if get(cr, "spec", "usePrecompiled") != false {
 		t.Errorf("nvidiadriver.yaml: usePrecompiled must be false: precompiled drivers ignore repoConfig")
 	}
 	v := readDocs(t, filepath.Join(dir, "values-node-local-paths.yaml"))[0].obj
-	if get(v, "driver", "repoConfig", "configMapName") != artifact.DefaultConfigMap {
-		t.Errorf("values-node-local-paths.yaml: configMapName %v, want %s", get(v, "driver", "repoConfig", "configMapName"), artifact.DefaultConfigMap)
+	if get(v, "driver", "repoConfig", "configMapName") != bake.DefaultConfigMap {
+		t.Errorf("values-node-local-paths.yaml: configMapName %v, want %s", get(v, "driver", "repoConfig", "configMapName"), bake.DefaultConfigMap)
 	}
 	if !slices.Contains(list(get(v, "driver", "repoConfig", "nodeLocalPaths")), any(repoPath)) {
 		t.Errorf("values-node-local-paths.yaml: nodeLocalPaths %v, want %s", get(v, "driver", "repoConfig", "nodeLocalPaths"), repoPath)
@@ -297,31 +297,31 @@ func TestArtifacts(t *testing.T) {
 	signer.Discard()
 	dir := t.TempDir()
 	const keyring = "/usr/share/keyrings/podvm-local-packages.gpg"
-	if _, err := artifact.Write(dir, artifact.Set{
+	if _, err := bake.Write(dir, bake.Set{
 		RepoPath:    repoPath,
 		KeyringPath: keyring,
 		ArmoredKey:  key,
-		Manifest:    artifact.Manifest{Generator: "examples test", Kernels: []string{"6.8.0-1-generic"}},
+		Manifest:    bake.Manifest{Generator: "examples test", Kernels: []string{"6.8.0-1-generic"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
 
 	// The ConfigMap: one sources entry whose Signed-By is the key itself,
 	// since the driver container has no keyring file of ours.
-	cm := readDocs(t, filepath.Join(dir, artifact.ConfigMapFile))[0].obj
+	cm := readDocs(t, filepath.Join(dir, bake.ConfigMapFile))[0].obj
 	if cm["apiVersion"] != "v1" || cm["kind"] != "ConfigMap" {
 		t.Errorf("ConfigMap: apiVersion %v kind %v", cm["apiVersion"], cm["kind"])
 	}
-	if get(cm, "metadata", "name") != artifact.DefaultConfigMap || get(cm, "metadata", "namespace") != artifact.DefaultNamespace {
+	if get(cm, "metadata", "name") != bake.DefaultConfigMap || get(cm, "metadata", "namespace") != bake.DefaultNamespace {
 		t.Errorf("ConfigMap: name %v namespace %v", get(cm, "metadata", "name"), get(cm, "metadata", "namespace"))
 	}
 	data, _ := cm["data"].(map[string]any)
 	if len(data) != 1 {
-		t.Fatalf("ConfigMap: data has %d keys, want 1 (%s)", len(data), artifact.SourcesFile)
+		t.Fatalf("ConfigMap: data has %d keys, want 1 (%s)", len(data), bake.SourcesFile)
 	}
-	src, _ := data[artifact.SourcesFile].(string)
-	if !strings.HasSuffix(artifact.SourcesFile, ".sources") {
-		t.Errorf("ConfigMap key %s: apt reads only *.sources as deb822", artifact.SourcesFile)
+	src, _ := data[bake.SourcesFile].(string)
+	if !strings.HasSuffix(bake.SourcesFile, ".sources") {
+		t.Errorf("ConfigMap key %s: apt reads only *.sources as deb822", bake.SourcesFile)
 	}
 	f := deb822(t, src)
 	checkFlatSource(t, "ConfigMap", f)
@@ -334,19 +334,19 @@ func TestArtifacts(t *testing.T) {
 	}
 
 	// The Helm values select that ConfigMap.
-	v := readDocs(t, filepath.Join(dir, artifact.ValuesFile))[0].obj
-	if got := get(v, "driver", "repoConfig", "configMapName"); got != artifact.DefaultConfigMap {
-		t.Errorf("Helm values: driver.repoConfig.configMapName = %v, want %s", got, artifact.DefaultConfigMap)
+	v := readDocs(t, filepath.Join(dir, bake.ValuesFile))[0].obj
+	if got := get(v, "driver", "repoConfig", "configMapName"); got != bake.DefaultConfigMap {
+		t.Errorf("Helm values: driver.repoConfig.configMapName = %v, want %s", got, bake.DefaultConfigMap)
 	}
 
 	// The sources file for the image itself points at the keyring file.
-	b, err := os.ReadFile(filepath.Join(dir, artifact.SourcesFile))
+	b, err := os.ReadFile(filepath.Join(dir, bake.SourcesFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f = deb822(t, string(b))
-	checkFlatSource(t, artifact.SourcesFile, f)
+	checkFlatSource(t, bake.SourcesFile, f)
 	if f["Signed-By"] != keyring {
-		t.Errorf("%s: Signed-By %q, want %s", artifact.SourcesFile, f["Signed-By"], keyring)
+		t.Errorf("%s: Signed-By %q, want %s", bake.SourcesFile, f["Signed-By"], keyring)
 	}
 }

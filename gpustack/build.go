@@ -100,7 +100,14 @@ const (
 	// as each module's signer.
 	moduleSigner   = "podvm-gpu ephemeral module signing key"
 	toolkitPackage = "nvidia-container-toolkit"
+	// DefaultToolkitVersion is the container toolkit version the table
+	// defaults to: the one CI builds and checks images with.
+	DefaultToolkitVersion = "1.17.8-1"
 )
+
+// toolkitPackages are the container toolkit's packages, which the plan
+// installs at one version and holds.
+var toolkitPackages = []string{toolkitPackage, "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
 
 // HookPath is where the kata guest prestart hook goes.
 const HookPath = hookPath
@@ -109,7 +116,10 @@ const HookPath = hookPath
 // no I/O. Combinations the target cannot satisfy are errors naming the
 // settings involved.
 func NewPlan(o Options, t Target) (*Plan, error) {
-	p := &Plan{Target: t, Options: o}
+	p := &Plan{Target: t, GPU: o.EnableGPU, Timestamp: o.Timestamp(), SourceDateEpoch: o.SourceDateEpoch, KernelSelection: o.Kernels}
+	if o.SourceDateEpoch < 0 {
+		p.SourceDateEpoch = -1
+	}
 	r, ok := releases[t.Distro+"-"+t.Version]
 	if ok && t.KernelsAtBuildTime {
 		// A generated image boots from its own disk, GPU stack or not.
@@ -118,8 +128,9 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		p.BootPackages = r.family.bootPackages()
 		p.KernelCmdline = KernelCmdline
 	}
-	if !o.EnableGPU && !o.RepoEnabled() {
-		p.Notes = append(p.Notes, "nothing to do: enable_nvidia_gpu is no and local_repo is off")
+	if idle := o.Idle(); idle != "" {
+		p.Idle = idle
+		p.Notes = append(p.Notes, idle)
 		return p, nil
 	}
 	if !ok {
@@ -151,7 +162,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			if o.KernelModules == ModulesAuto && d.Source == SourceDistro && r.autoProprietary != "" {
 				p.Notes = append(p.Notes, "nvidia_kernel_modules=auto picks proprietary on "+r.name()+": "+r.autoProprietary)
 			}
-			if err := gpuSteps(p, r, f); err != nil {
+			if err := gpuSteps(p, o, r, f); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -182,6 +193,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		if !o.EnableGPU {
 			p.add("apt-update", "Refreshing package lists", AptUpdate{})
 		}
+		p.Repo = &bake
 		p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
 		if e := o.RepoExposePath; e != "" {
 			unit := MountUnitName(e)
@@ -190,10 +202,20 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 				EnableUnits{Units: []string{unit}})
 		}
 	}
+	if o.HoldPackages {
+		holds := HoldPackages{Kernels: kernels, Packages: holdPatterns(p, f, o)}
+		p.Holds = &holds
+		what := "kernel"
+		if o.EnableGPU {
+			what = "kernel, driver and toolkit"
+		}
+		p.add("hold", "Holding the "+what+" packages, so an apt upgrade keeps image and repository matched", holds)
+	}
 	if o.Verify {
 		var checks []Action
 		if o.EnableGPU {
-			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules})
+			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules},
+				CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
 			if p.ModuleSigning.Mode == "ephemeral" {
 				checks = append(checks, SignModules{Kernels: kernels, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true})
 			}
@@ -277,12 +299,14 @@ func resolveDriver(o Options, r release) (Driver, error) {
 	return d, nil
 }
 
-func gpuSteps(p *Plan, r release, f family) error {
-	o, d, ks := p.Options, p.Driver, p.Kernels
+func gpuSteps(p *Plan, o Options, r release, f family) error {
+	d, ks := p.Driver, p.Kernels
 	pkgs, dkms, err := f.driver(r, d, ks)
 	if err != nil {
 		return err
 	}
+	p.Driver.Package, _, _ = strings.Cut(pkgs[0], "=")
+	p.Installed = f.pinPackages(d)
 	var persist []string
 	if o.Persistenced {
 		persist = f.persistenced(d)
@@ -386,7 +410,8 @@ func gpuSteps(p *Plan, r release, f family) error {
 		gpuUnits = append(gpuUnits, fabricUnit)
 	}
 	if o.Toolkit {
-		names := []string{toolkitPackage, "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
+		p.Toolkit = &Toolkit{Version: o.ToolkitVersion, HookMode: o.HookMode}
+		names := slices.Clone(toolkitPackages)
 		for i := range names {
 			if o.ToolkitVersion != "" {
 				names[i] += "=" + o.ToolkitVersion
@@ -438,6 +463,27 @@ func gpuSteps(p *Plan, r release, f family) error {
 		p.add("gpu-gate", "Gating GPU units on an NVIDIA PCI device", acts...)
 	}
 	return nil
+}
+
+// holdPatterns are the packages a GPU plan holds: the targeted kernels
+// and the packages that follow the newest kernel, the driver's, and the
+// toolkit's.
+func holdPatterns(p *Plan, f family, o Options) []string {
+	image, headers := f.kernelMeta(p.Target.Arch)
+	pats := append(slices.Clone(f.repoTemplates()), image, headers)
+	if o.EnableGPU {
+		pats = append(pats, f.pinPackages(p.Driver)...)
+	}
+	if o.EnableGPU && o.Toolkit {
+		pats = append(pats, toolkitPackages...)
+	}
+	var out []string
+	for _, s := range pats {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func branchAtLeast(branch string, n int) bool {

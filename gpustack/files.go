@@ -218,3 +218,46 @@ Options=bind,ro
 WantedBy=local-fs.target
 `
 }
+
+// holdScript holds the installed packages that its arguments match:
+// patterns (dpkg globs, {kernel} for each kernel), "--", then the kernels.
+// Patterns that match nothing installed are skipped; with none at all (a
+// kernel that dpkg does not know) it says so and holds nothing, and the
+// manifest's empty held list shows it.
+const holdScript = `set -euf
+pats=
+while [ $# -gt 0 ] && [ "$1" != -- ]; do pats="$pats $1"; shift; done
+[ $# -eq 0 ] || shift
+want=
+for p in $pats; do
+	case $p in
+	*'{kernel}'*) for k; do want="$want ${p%%'{kernel}'*}$k${p#*'{kernel}'}"; done ;;
+	*) want="$want $p" ;;
+	esac
+done
+[ -n "$want" ] || { echo "podvm-gpu: no package to hold" >&2; exit 1; }
+held=$(dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\n' $want 2>/dev/null | awk -F'\t' '$1 ~ /^.i/ { print $2 }' | sort -u)
+[ -n "$held" ] || { echo "podvm-gpu: nothing held: no installed package matches$want" >&2; exit 0; }
+apt-mark hold $held >/dev/null
+echo "held $(echo $held | wc -w) packages:" $held
+`
+
+// driverVersionScript compares the version of the NVIDIA user-space
+// libraries (the file that libnvidia-ml.so.1 and libcuda.so.1 resolve to
+// is named for it) with the module's, per kernel. Arguments: the module,
+// then the kernels.
+const driverVersionScript = `set -eu
+module=$1
+shift
+[ $# -gt 0 ] || { echo "podvm-gpu: no kernel to check" >&2; exit 1; }
+libs=$(find /usr/lib /usr/lib64 -xdev \( -name 'libnvidia-ml.so.[0-9]*.*' -o -name 'libcuda.so.[0-9]*.*' \) 2>/dev/null | sort || true)
+[ -n "$libs" ] || { echo "podvm-gpu: no NVIDIA user-space library (libnvidia-ml, libcuda) in the image" >&2; exit 1; }
+for k; do
+	mv=$(modinfo -k "$k" -F version "$module" 2>/dev/null) || { echo "podvm-gpu: no module $module for kernel $k" >&2; exit 1; }
+	for l in $libs; do
+		lv=${l##*.so.}
+		[ "$lv" = "$mv" ] || { echo "podvm-gpu: Driver/library version mismatch: $l is $lv, module $module of kernel $k is $mv" >&2; exit 1; }
+	done
+done
+echo "NVIDIA user-space libraries ($(echo $libs | wc -w)) and module $module are version $mv for kernels $*"
+`

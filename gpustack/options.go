@@ -70,6 +70,7 @@ type Options struct {
 	RepoExposePath    string // "" when not exposed
 	OutputDir         string
 
+	HoldPackages    bool
 	Verify          bool
 	SourceDateEpoch int64 // -1: now
 
@@ -88,6 +89,16 @@ func (o Options) RepoEnabled() bool {
 		return false
 	}
 	return o.EnableGPU
+}
+
+// Idle says why options ask for nothing to be done, or "" when they ask
+// for something. It is the one place that decides: the Plan and the
+// provisioner (before it detects anything) ask it.
+func (o Options) Idle() string {
+	if !o.EnableGPU && !o.RepoEnabled() {
+		return "nothing to do: enable_nvidia_gpu is no and local_repo is off"
+	}
+	return ""
 }
 
 // Timestamp is the time every written timestamp uses.

@@ -4,14 +4,28 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 )
 
 // Plan is the ordered, declarative list of steps that makes an image
 // GPU-ready. It is pure data: the Packer provisioner executes it through a
 // communicator, the mkosi generator renders it as files.
 type Plan struct {
-	Target  Target
-	Options Options
+	Target Target
+	// Idle says why the plan does nothing ("" when it has steps).
+	Idle string
+	// GPU: the plan installs the GPU stack, which a generator keeps in its
+	// GPU profile; without it the plan bakes the repository at most.
+	GPU bool
+	// Timestamp is the instant every timestamp of the build takes: Release
+	// dates, signatures, the manifest.
+	Timestamp time.Time
+	// SourceDateEpoch is Timestamp as the user set it (SOURCE_DATE_EPOCH),
+	// which a generator passes to its build; -1 when unset.
+	SourceDateEpoch int64
+	// KernelSelection is the kernels setting, which a generator whose
+	// kernels are resolved at build time applies then.
+	KernelSelection string
 	// Kernels are the image kernels the plan targets, oldest first.
 	Kernels []string
 	// Driver is what the plan resolved about the driver; zero when the GPU
@@ -20,7 +34,18 @@ type Plan struct {
 	// ModuleSigning says how the NVIDIA modules are signed; zero when the
 	// plan builds none.
 	ModuleSigning ModuleSigning
-	Steps         []Step
+	// Toolkit is the container toolkit the plan installs; nil for none.
+	Toolkit *Toolkit
+	// Installed are dpkg name patterns: the installed packages they match
+	// are the GPU stack the manifest lists, whichever back end built it.
+	Installed []string
+	// Repo is the repository to bake, the same action the plan's
+	// local-repo step carries; nil for none.
+	Repo *BakeRepo
+	// Holds are the packages the plan holds, as HoldPackages has them;
+	// nil when nothing is held.
+	Holds *HoldPackages
+	Steps []Step
 	// KernelPackages are the kernel image and headers packages a generator
 	// installs when the kernels are resolved at build time.
 	KernelPackages []string
@@ -40,6 +65,12 @@ type Plan struct {
 	Notes []string
 }
 
+// Toolkit is the resolved container toolkit choice.
+type Toolkit struct {
+	Version  string // exact apt version, "" for the newest in the repository
+	HookMode HookMode
+}
+
 // ModuleSigning is the plan's module signing policy, for the manifest and
 // the comparison of images.
 type ModuleSigning struct {
@@ -50,6 +81,9 @@ type ModuleSigning struct {
 
 // Driver is the resolved driver choice.
 type Driver struct {
+	// Package is the driver package whose installed version the manifest
+	// records as the driver's.
+	Package string
 	Branch  string // "550"
 	Version string // exact version when pinned, else ""
 	Flavour ModuleFlavour
@@ -196,6 +230,35 @@ func (a SignModules) Command() string {
 	return "sh -c " + shQuote(signModulesScript) + " podvm-sign-modules " + shQuote(mode) + " " + shQuote(a.Subject) + " " + shQuote(a.CertDER) + " " + shQuote(a.CertPEM)
 }
 
+// HoldPackages holds the installed packages that Packages match (names or
+// dpkg globs; {kernel} stands for each targeted kernel), so that an apt
+// upgrade on a node keeps the kernel, the driver and the toolkit that the
+// image's modules and local repository were built for.
+type HoldPackages struct {
+	Kernels  []string
+	Packages []string
+}
+
+// Command is the shell command that holds, the same text for every back
+// end; the kernels follow it as arguments.
+func (a HoldPackages) Command() string {
+	return "sh -c " + shQuote(holdScript) + " podvm-hold " + quoteWords(a.Packages) + " --"
+}
+
+// CheckDriverVersion fails when the driver's user-space libraries are not
+// the version of its kernel module for each kernel: the "Driver/library
+// version mismatch" that stops every CUDA program at run time.
+type CheckDriverVersion struct {
+	Kernels []string
+	Module  string // the module whose version modinfo reports
+}
+
+// Command is the check's shell command, the same text for every back end;
+// the kernels follow it as arguments.
+func (a CheckDriverVersion) Command() string {
+	return "sh -c " + shQuote(driverVersionScript) + " podvm-driver-version " + shQuote(a.Module)
+}
+
 // UpdateInitramfs regenerates the initramfs of each kernel, where the image
 // has an initramfs generator.
 type UpdateInitramfs struct{ Kernels []string }
@@ -316,6 +379,23 @@ func (a SignModules) describe() string {
 // shQuote quotes s as one POSIX shell word.
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+func (a HoldPackages) describe() string {
+	return fmt.Sprintf("hold the installed packages matching %s for kernels %s (apt-mark hold)", strings.Join(a.Packages, " "), strings.Join(a.Kernels, " "))
+}
+
+func (a CheckDriverVersion) describe() string {
+	return fmt.Sprintf("check that the NVIDIA user-space libraries are the version of module %s for kernels %s", a.Module, strings.Join(a.Kernels, " "))
+}
+
+// quoteWords quotes each word for a POSIX shell and joins them.
+func quoteWords(ws []string) string {
+	q := make([]string, len(ws))
+	for i, w := range ws {
+		q[i] = shQuote(w)
+	}
+	return strings.Join(q, " ")
+}
+
 func (a UpdateInitramfs) describe() string {
 	return "update initramfs for kernels " + strings.Join(a.Kernels, " ")
 }
@@ -377,8 +457,12 @@ func (p *Plan) Text() string {
 	fmt.Fprintf(&b, "target: %s, kernels %s\n", p.Target, installed)
 	fmt.Fprintf(&b, "targeted kernels: %s\n", strings.Join(p.Kernels, " "))
 	if p.Driver.Branch != "" {
-		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s\n",
-			p.Driver.Branch, orDefault(p.Driver.Version, "newest of the branch"), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "))
+		fmt.Fprintf(&b, "driver: branch %s, version %s, %s modules, source %s, modules %s, recorded from package %s\n",
+			p.Driver.Branch, orDefault(p.Driver.Version, "newest of the branch"), p.Driver.Flavour, p.Driver.Source, strings.Join(p.Driver.Modules, " "), p.Driver.Package)
+		fmt.Fprintf(&b, "installed GPU stack: packages matching %s\n", strings.Join(p.Installed, " "))
+	}
+	if tk := p.Toolkit; tk != nil {
+		fmt.Fprintf(&b, "toolkit: version %s, hook mode %s\n", orDefault(tk.Version, "newest"), tk.HookMode)
 	}
 	if ms := p.ModuleSigning; ms.Mode != "" {
 		fmt.Fprintf(&b, "module signing: %s", ms.Mode)

@@ -105,12 +105,16 @@ func matches(re *regexp.Regexp, allowed string) checker {
 }
 
 var (
-	checkDriverVersion = matches(driverVersionRe, `a driver branch such as "550" or an exact version such as "550.163.01"`)
-	checkDebVersion    = matches(debVersionRe, "a whole Debian package version with its revision, such as 1.17.8-1")
-	checkURL           = matches(urlRe, "an https://, http:// or file:// URL")
-	checkEnvName       = matches(envNameRe, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-	checkPkgName       = matches(pkgNameRe, "Debian package names (lowercase letters, digits, + - .)")
-	checkAbsPath       = checker{
+	checkDriverVersion  = matches(driverVersionRe, `a driver branch such as "550" or an exact version such as "550.163.01"`)
+	checkDebVersion     = matches(debVersionRe, "a whole Debian package version with its revision, such as 1.17.8-1")
+	checkToolkitVersion = checker{
+		ok:      func(s string) bool { return s == "newest" || debVersionRe.MatchString(s) },
+		allowed: "newest, or a whole Debian package version with its revision, such as " + DefaultToolkitVersion,
+	}
+	checkURL     = matches(urlRe, "an https://, http:// or file:// URL")
+	checkEnvName = matches(envNameRe, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+	checkPkgName = matches(pkgNameRe, "Debian package names (lowercase letters, digits, + - .)")
+	checkAbsPath = checker{
 		ok: func(s string) bool {
 			// % too: systemd expands it in the units that name these paths.
 			return path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`%")
@@ -203,11 +207,15 @@ var Table = []Setting{
 	{Key: "nvidia_container_toolkit", Env: "NVIDIA_CONTAINER_TOOLKIT", Kind: Bool, Default: "yes", Section: "toolkit",
 		Help: "Install the NVIDIA container toolkit (only when the GPU stack is enabled).",
 		set:  func(o *Options, v value) { o.Toolkit = v.b }},
-	{Key: "nvidia_container_toolkit_version", Env: "NVIDIA_CONTAINER_TOOLKIT_VERSION", Kind: String, Section: "toolkit",
-		DefaultDoc: "newest in the repository",
-		Help:       "Pin the toolkit packages to this version (rendered as apt name=version).",
-		check:      &checkDebVersion,
-		set:        func(o *Options, v value) { o.ToolkitVersion = v.s }},
+	{Key: "nvidia_container_toolkit_version", Env: "NVIDIA_CONTAINER_TOOLKIT_VERSION", Kind: String, Default: DefaultToolkitVersion, Section: "toolkit",
+		Help:  "Toolkit packages' version (apt name=version): the tested default, another version, or newest for whatever the repository has.",
+		check: &checkToolkitVersion,
+		set: func(o *Options, v value) {
+			o.ToolkitVersion = v.s
+			if v.s == "newest" {
+				o.ToolkitVersion = ""
+			}
+		}},
 	{Key: "nvidia_container_toolkit_repo_url", Env: "NVIDIA_CONTAINER_TOOLKIT_REPO_URL", Kind: String, Section: "toolkit",
 		DefaultDoc: "NVIDIA's libnvidia-container stable repository for the architecture",
 		Help:       "Container toolkit apt repository (flat, Suites: /); a mirror for air-gapped builds.",
@@ -308,6 +316,9 @@ var Table = []Setting{
 		set:   func(o *Options, v value) { o.OutputDir = v.s }},
 
 	// Build behaviour.
+	{Key: "hold_packages", Env: "PODVM_HOLD_PACKAGES", Kind: Bool, Default: "yes", Section: "build",
+		Help: "Hold the targeted kernels, the driver and the toolkit (apt-mark hold), so an apt upgrade on a node cannot break the match of kernel, driver and local repository.",
+		set:  func(o *Options, v value) { o.HoldPackages = v.b }},
 	{Key: "verify", Env: "PODVM_VERIFY", Kind: Bool, Default: "yes", Section: "build",
 		Help: "Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository.",
 		set:  func(o *Options, v value) { o.Verify = v.b }},

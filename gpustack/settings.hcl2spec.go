@@ -39,6 +39,7 @@ type FlatSettings struct {
 	LocalRepoSourcesFile              *string  `mapstructure:"local_repo_sources_file" required:"false" cty:"local_repo_sources_file" hcl:"local_repo_sources_file"`
 	LocalRepoExposePath               *string  `mapstructure:"local_repo_expose_path" required:"false" cty:"local_repo_expose_path" hcl:"local_repo_expose_path"`
 	OutputDir                         *string  `mapstructure:"output_dir" required:"false" cty:"output_dir" hcl:"output_dir"`
+	HoldPackages                      *string  `mapstructure:"hold_packages" required:"false" cty:"hold_packages" hcl:"hold_packages"`
 	Verify                            *string  `mapstructure:"verify" required:"false" cty:"verify" hcl:"verify"`
 	SourceDateEpoch                   *string  `mapstructure:"source_date_epoch" required:"false" cty:"source_date_epoch" hcl:"source_date_epoch"`
 }
@@ -84,6 +85,7 @@ func (*FlatSettings) HCL2Spec() map[string]hcldec.Spec {
 		"local_repo_sources_file":               &hcldec.AttrSpec{Name: "local_repo_sources_file", Type: cty.String, Required: false},
 		"local_repo_expose_path":                &hcldec.AttrSpec{Name: "local_repo_expose_path", Type: cty.String, Required: false},
 		"output_dir":                            &hcldec.AttrSpec{Name: "output_dir", Type: cty.String, Required: false},
+		"hold_packages":                         &hcldec.AttrSpec{Name: "hold_packages", Type: cty.String, Required: false},
 		"verify":                                &hcldec.AttrSpec{Name: "verify", Type: cty.String, Required: false},
 		"source_date_epoch":                     &hcldec.AttrSpec{Name: "source_date_epoch", Type: cty.String, Required: false},
 	}

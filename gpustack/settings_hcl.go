@@ -20,7 +20,7 @@ type Settings struct {
 	NvidiaCUDARepoKeyring *string `mapstructure:"nvidia_cuda_repo_keyring" required:"false"`
 	// Install the NVIDIA container toolkit (only when the GPU stack is enabled). Environment: `NVIDIA_CONTAINER_TOOLKIT`; default: yes.
 	NvidiaContainerToolkit *string `mapstructure:"nvidia_container_toolkit" required:"false"`
-	// Pin the toolkit packages to this version (rendered as apt name=version). Environment: `NVIDIA_CONTAINER_TOOLKIT_VERSION`; default: newest in the repository.
+	// Toolkit packages' version (apt name=version): the tested default, another version, or newest for whatever the repository has. Environment: `NVIDIA_CONTAINER_TOOLKIT_VERSION`; default: 1.17.8-1.
 	NvidiaContainerToolkitVersion *string `mapstructure:"nvidia_container_toolkit_version" required:"false"`
 	// Container toolkit apt repository (flat, Suites: /); a mirror for air-gapped builds. Environment: `NVIDIA_CONTAINER_TOOLKIT_REPO_URL`; default: NVIDIA's libnvidia-container stable repository for the architecture.
 	NvidiaContainerToolkitRepoURL *string `mapstructure:"nvidia_container_toolkit_repo_url" required:"false"`
@@ -64,6 +64,8 @@ type Settings struct {
 	LocalRepoExposePath *string `mapstructure:"local_repo_expose_path" required:"false"`
 	// Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json. Environment: `PODVM_OUTPUT_DIR`; default: podvm-artifacts.
 	OutputDir *string `mapstructure:"output_dir" required:"false"`
+	// Hold the targeted kernels, the driver and the toolkit (apt-mark hold), so an apt upgrade on a node cannot break the match of kernel, driver and local repository. Environment: `PODVM_HOLD_PACKAGES`; default: yes.
+	HoldPackages *string `mapstructure:"hold_packages" required:"false"`
 	// Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository. Environment: `PODVM_VERIFY`; default: yes.
 	Verify *string `mapstructure:"verify" required:"false"`
 	// Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds. Environment: `SOURCE_DATE_EPOCH`; default: now.
@@ -159,6 +161,9 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.OutputDir != nil {
 		m["output_dir"] = Scalar(*s.OutputDir)
+	}
+	if s.HoldPackages != nil {
+		m["hold_packages"] = Scalar(*s.HoldPackages)
 	}
 	if s.Verify != nil {
 		m["verify"] = Scalar(*s.Verify)

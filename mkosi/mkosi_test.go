@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // mkosiCommand returns the command that runs mkosi 25 as
@@ -141,7 +143,7 @@ func TestMkosiSummary(t *testing.T) {
 				want := append(slices.Clone(p.KernelPackages), p.BootPackages...)
 				if gpuOn {
 					// Debian 13's open modules do not build against its kernels.
-					want = append(want, "nvidia-container-toolkit", map[string]string{
+					want = append(want, "nvidia-container-toolkit="+gpustack.DefaultToolkitVersion, map[string]string{
 						"debian": "nvidia-kernel-dkms", "ubuntu": "nvidia-headless-570-server-open"}[c.distro])
 				}
 				for _, w := range want {

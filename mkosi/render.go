@@ -14,13 +14,16 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // Profile is the profile that holds the GPU stack. mkosi.conf selects it
 // when the GPU stack is enabled; `mkosi --profile=` builds without it.
 const Profile = "nvidia-gpu"
+
+// Generator names the mkosi path in the manifests it writes.
+const Generator = "packer-plugin-podvm mkosi"
 
 // MinimumVersion is the oldest mkosi the tree is written for: profiles as
 // directories, Profiles= in [Config] and sandbox trees arrived in 25.
@@ -75,7 +78,7 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	if p == nil {
 		return nil, errors.New("mkosi: no plan")
 	}
-	t, o := p.Target, p.Options
+	t := p.Target
 	if !t.KernelsAtBuildTime {
 		return nil, errors.New("mkosi: the plan must resolve kernels at build time (Target.KernelsAtBuildTime)")
 	}
@@ -92,7 +95,7 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	// The plan's files go into the nvidia-gpu profile when the GPU stack is
 	// on, so one flag turns the whole stack off; a repository-only plan
 	// goes into the top-level tree.
-	if o.EnableGPU {
+	if p.GPU {
 		r.prefix = "mkosi.profiles/" + Profile + "/"
 	}
 
@@ -101,7 +104,7 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	cfg.name, dist.name = "Config", "Distribution"
 	sc := setter{&cfg, &errp}
 	sc.set("MinimumVersion", MinimumVersion)
-	if o.EnableGPU {
+	if p.GPU {
 		sc.list("Profiles", []string{Profile})
 	}
 	sd := setter{&dist, &errp}
@@ -193,7 +196,7 @@ func (r *renderer) header(name string) string {
 func verifying(s gpustack.Step) bool {
 	for _, a := range s.Actions {
 		switch a := a.(type) {
-		case gpustack.CheckModules, gpustack.VerifyRepo, gpustack.VerifyExecutable:
+		case gpustack.CheckModules, gpustack.CheckDriverVersion, gpustack.VerifyRepo, gpustack.VerifyExecutable:
 		case gpustack.SignModules:
 			if !a.Verify {
 				return false
@@ -275,6 +278,10 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
 		// made, used and gone within this one command.
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+	case gpustack.HoldPackages:
+		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+	case gpustack.CheckDriverVersion:
+		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.UpdateInitramfs:
 		b.WriteString(updateInitramfs)
 	case gpustack.ToolkitConfig:
@@ -303,20 +310,6 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	return nil
 }
 
-// bakeSpec is what the post-installation script hands to BakeRepo: the
-// repository's place in the image and what the manifest says.
-type bakeSpec struct {
-	Dir         string   `json:"dir"`
-	Keyring     string   `json:"keyring"`
-	SourcesFile string   `json:"sources_file,omitempty"`
-	SigningKey  string   `json:"signing_key,omitempty"` // relative to $SRCDIR
-	Passphrase  string   `json:"passphrase_env,omitempty"`
-	Installed   []string `json:"installed"`             // globs of installed packages the manifest lists
-	ModuleCert  string   `json:"module_cert,omitempty"` // the module signing certificate in the image
-	ExposePath  string   `json:"expose_path,omitempty"` // where the ConfigMap's sources point
-	Manifest    artifact.Manifest
-}
-
 // signingKeySource is where BuildSources= mounts the signing key's
 // directory for scripts: below $SRCDIR, never in the image.
 const signingKeySource = "podvm-signing-key"
@@ -327,20 +320,16 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	}
 	r.bake = &a
 	r.network = true
-	spec := bakeSpec{Dir: a.Dir, Keyring: a.Keyring, Passphrase: a.Passphrase, ModuleCert: a.ModuleCert, ExposePath: a.ExposePath, Manifest: artifact.NewManifest(r.p, "packer-plugin-podvm mkosi")}
-	if a.SourcesFile {
-		spec.SourcesFile = a.SourcesPath()
+	spec, err := bake.SpecFor(r.p, Generator)
+	if err != nil {
+		return err
 	}
+	// The spec's key is where the build's sandbox mounts it, below $SRCDIR.
 	if a.SigningKey != "" {
-		spec.SigningKey = signingKeySource + "/" + filepath.Base(a.SigningKey)
+		spec.Repo.SigningKey = signingKeySource + "/" + filepath.Base(a.SigningKey)
 	}
-	for _, s := range r.p.Steps {
-		for _, act := range s.Actions {
-			if in, ok := act.(gpustack.Install); ok {
-				spec.Installed = append(spec.Installed, packageNames(in.Packages)...)
-			}
-		}
-	}
+	// The output directory is the build's, not this host's.
+	spec.Repo.OutputDir = path.Base(filepath.ToSlash(a.OutputDir))
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err
@@ -392,7 +381,7 @@ func (r *renderer) finish() error {
 	// mkosi's own initrd collects kernel modules by its rules, not the
 	// image's initramfs hooks.
 	scn.list("KernelModulesInitrdExclude", r.p.InitrdExclude)
-	if e := r.p.Options.SourceDateEpoch; e >= 0 {
+	if e := r.p.SourceDateEpoch; e >= 0 {
 		// mkosi exports it to the scripts, where the repository's Release
 		// date and the manifest take it.
 		scn.set("SourceDateEpoch", fmt.Sprint(e))
@@ -474,7 +463,7 @@ func (r *renderer) script(kind string, steps []string, tail string) string {
 	b.WriteString("# It runs on the build host in mkosi's sandbox; $BUILDROOT is the image.\n# Regenerate the tree instead of editing it.\nset -eu\n\n")
 	// Resolve fills kernels from the table's default ("newest").
 	fmt.Fprintf(&b, "target_distribution=%s\ntarget_release=%s\nkernels_setting=%s\n",
-		sq(t.Distro), sq(t.Codename), sq(r.p.Options.Kernels))
+		sq(t.Distro), sq(t.Codename), sq(r.p.KernelSelection))
 	b.WriteString(prelude)
 	for _, s := range steps {
 		b.WriteString("\n" + s)

@@ -14,72 +14,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
-	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
 
 // indexer indexes and signs the downloaded .debs on the build host. The
 // private key stays in this process; only index files and public keys come
-// back.
-type indexer interface {
-	Index(ctx context.Context, req indexRequest) (*indexResult, error)
-}
-
-type indexRequest struct {
-	DebDir, OutDir string
-	SigningKey     string // "" for an ephemeral key
-	PassphraseEnv  string
-	Date           time.Time
-}
-
-type indexResult struct {
-	Files       []string // base names written into OutDir
-	Packages    []aptrepo.Package
-	Fingerprint string
-	Keyring     []byte // binary public keyring
-	ArmoredKey  []byte
-}
-
-// aptrepoIndexer is the real indexer.
-type aptrepoIndexer struct{}
-
-func (aptrepoIndexer) Index(ctx context.Context, req indexRequest) (*indexResult, error) {
-	var signer *aptrepo.Signer
-	var err error
-	if req.SigningKey != "" {
-		signer, err = aptrepo.LoadSigner(req.SigningKey, req.PassphraseEnv, req.Date)
-	} else {
-		signer, err = aptrepo.NewEphemeralSigner("podvm local packages", req.Date)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The private half is dropped as soon as the index is signed: an
-	// ephemeral key can then never sign anything else.
-	defer signer.Discard()
-	res, err := aptrepo.Build(ctx, aptrepo.Options{
-		DebDir:    req.DebDir,
-		Out:       req.OutDir,
-		Placement: aptrepo.IndexOnly,
-		Origin:    "podvm",
-		Label:     "podvm local packages",
-		Date:      req.Date,
-		Signer:    signer,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &indexResult{
-		Files:       res.Files,
-		Packages:    res.Packages,
-		Fingerprint: res.Fingerprint,
-		Keyring:     signer.PublicKeyring(),
-		ArmoredKey:  signer.ArmoredPublicKey(),
-	}, nil
-}
+// back. The real one is bake.IndexRepo.
+type indexer func(ctx context.Context, s bake.Spec, in bake.IndexInput) (*bake.Index, error)
 
 // bake builds the node-local repository. The .debs are resolved and
 // downloaded by the image's own apt into a directory beside the repository,
@@ -153,17 +96,12 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	}
 	e.ui.Say("indexing and signing on the build host")
 
-	o := e.plan.Options
-	date := o.Timestamp()
-	res, err := e.indexer.Index(ctx, indexRequest{
-		DebDir: debDir, OutDir: outDir,
-		SigningKey: b.SigningKey, PassphraseEnv: b.Passphrase,
-		Date: date,
-	})
+	date := e.plan.Timestamp
+	res, err := e.indexer(ctx, e.spec, bake.IndexInput{DebDir: debDir, OutDir: outDir, KeyFile: b.SigningKey, Date: date})
 	if err != nil {
 		return fmt.Errorf("indexing and signing on the build host: %w", err)
 	}
-	manifest, err := e.manifest(ctx, artifact.NewRepo(b.Dir, b.Keyring, res.Fingerprint, res.Packages), date)
+	manifest, err := e.manifest(ctx, bake.NewRepo(b.Dir, b.Keyring, res.Fingerprint, res.Packages), date)
 	if err != nil {
 		return err
 	}
@@ -183,10 +121,10 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			e.r.removeStaged(staged...)
 		}
 	}()
-	files := append(slices.Clone(res.Files), artifact.ManifestFile)
+	files := append(slices.Clone(res.Files), bake.ManifestFile)
 	for _, f := range files {
 		var data []byte
-		if f == artifact.ManifestFile {
+		if f == bake.ManifestFile {
 			data = mjson
 		} else if data, err = os.ReadFile(filepath.Join(outDir, f)); err != nil {
 			return err
@@ -235,16 +173,13 @@ func swapCommand(newDir, oldDir, dir string, prepare, staged []string) string {
 	return cmd
 }
 
-// publish writes what goes with a repository in place: its keyring at
-// b.Keyring, the in-image sources file when asked for, the manifest in the
+// publish writes what goes with a repository in place: its keyring and,
+// when asked for, the sources file in the image, the manifest in the
 // repository directory (kept repository only: a new one has it already),
 // and the host artifacts.
-func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, armored []byte, manifest artifact.Manifest) error {
-	if err := e.writeFile(ctx, b.Keyring, keyring, 0o644, "root:root"); err != nil {
-		return err
-	}
-	if b.SourcesFile {
-		if err := e.writeFile(ctx, b.SourcesPath(), []byte(artifact.Sources(b.Dir, b.Keyring)), 0o644, "root:root"); err != nil {
+func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, armored []byte, manifest bake.Manifest) error {
+	for _, f := range e.spec.InImage(keyring) {
+		if err := e.writeFile(ctx, f.Path, f.Data, 0o644, "root:root"); err != nil {
 			return err
 		}
 	}
@@ -255,16 +190,9 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 			return err
 		}
 	}
-	paths, err := artifact.Write(b.OutputDir, artifact.Set{
-		RepoPath:    b.Dir,
-		ExposePath:  b.ExposePath,
-		KeyringPath: b.Keyring,
-		ArmoredKey:  armored,
-		Manifest:    manifest,
-		ModuleCert:  cert,
-	})
+	paths, err := e.spec.Artifacts(b.OutputDir, armored, manifest, cert)
 	if err != nil {
-		return fmt.Errorf("writing host artifacts: %w", err)
+		return err
 	}
 	e.ui.Say("host artifacts:")
 	for _, p := range paths {
@@ -328,90 +256,22 @@ func downloadCommand(b gpustack.BakeRepo, newDir string) string {
 	return prep + "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + quoteAll(b.Packages...) + ` && rm -rf "$t"`
 }
 
-// manifest is the manifest of the image as it is now: target, kernels,
-// the GPU stack with the NVIDIA packages actually installed, and repo.
-func (e *executor) manifest(ctx context.Context, repo *artifact.Repo, date time.Time) (artifact.Manifest, error) {
-	m := artifact.NewManifest(e.plan, "packer-plugin-podvm "+version.PluginVersion.FormattedVersion()+" (podvm-gpu provisioner)")
-	m.SchemaVersion = 1
-	m.Stamp(date)
-	m.Repo = repo
-	if m.GPU != nil && m.GPU.ModuleSigning != nil && e.plan.ModuleSigning.CertDER != "" {
-		cert, err := e.readModuleCert(ctx)
-		if err != nil {
-			return m, err
-		}
-		m.GPU.ModuleSigning.CertSHA256 = artifact.CertSHA256(cert)
-	}
-	if m.GPU != nil {
-		pkgs, err := e.installedNvidia(ctx)
-		if err != nil {
-			return m, fmt.Errorf("listing the installed NVIDIA packages: %w", err)
-		}
-		m.GPU.Packages = pkgs
-		if v := driverVersion(e.plan, pkgs); v != "" {
-			m.GPU.DriverVersion = v
-		}
-	}
-	return m, nil
-}
-
-// cmdInstalledNvidia lists the installed packages whose names match the
-// NVIDIA patterns. dpkg-query exits 1 when a pattern matches nothing.
-const cmdInstalledNvidia = `dpkg-query -W -f '${db:Status-Status}\t${Package}\t${Version}\t${Architecture}\n' '*nvidia*' 'libcuda*' 2>/dev/null || [ $? -eq 1 ]`
-
-// installedNvidia returns the installed NVIDIA packages, sorted by name.
-func (e *executor) installedNvidia(ctx context.Context) ([]artifact.Package, error) {
-	out, err := e.r.query(ctx, cmdInstalledNvidia)
+// manifest is the manifest of the image as it is now: the bake reads the
+// image's dpkg status and the module signing certificate, as the mkosi
+// path reads them from its tree.
+func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time) (bake.Manifest, error) {
+	st := bake.ImageState{Kernels: e.plan.Kernels}
+	status, err := e.r.query(ctx, "cat /var/lib/dpkg/status")
 	if err != nil {
-		return nil, err
+		return bake.Manifest{}, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
-	return parseInstalled(out), nil
-}
-
-func parseInstalled(out string) []artifact.Package {
-	var pkgs []artifact.Package
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Split(l, "\t")
-		if len(f) < 3 || f[0] != "installed" || f[1] == "" || f[2] == "" {
-			continue
-		}
-		pk := artifact.Package{Name: f[1], Version: f[2]}
-		if len(f) > 3 {
-			pk.Arch = f[3]
-		}
-		pkgs = append(pkgs, pk)
-	}
-	slices.SortFunc(pkgs, func(a, b artifact.Package) int {
-		return strings.Compare(a.Name+"\x00"+a.Arch, b.Name+"\x00"+b.Arch)
-	})
-	return pkgs
-}
-
-// driverStep is the plan step that installs the driver; the first package
-// of its first Install action is the driver package whose version the
-// manifest reports.
-const driverStep = "driver"
-
-func driverVersion(p *gpustack.Plan, installed []artifact.Package) string {
-	for _, s := range p.Steps {
-		if s.ID != driverStep {
-			continue
-		}
-		for _, a := range s.Actions {
-			in, ok := a.(gpustack.Install)
-			if !ok || len(in.Packages) == 0 {
-				continue
-			}
-			name, _, _ := strings.Cut(in.Packages[0], "=")
-			for _, pk := range installed {
-				if pk.Name == name {
-					return pk.Version
-				}
-			}
-			return ""
+	st.DpkgStatus = []byte(status)
+	if e.plan.ModuleSigning.CertDER != "" {
+		if st.ModuleCert, err = e.readModuleCert(ctx); err != nil {
+			return bake.Manifest{}, err
 		}
 	}
-	return ""
+	return e.spec.Manifest(repo, st, date)
 }
 
 // keepUnchanged reports whether the repository in the image can stay as it
@@ -432,7 +292,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if strings.TrimSpace(mjson) == "" {
 		return false, nil // no complete repository yet: bake one
 	}
-	var old artifact.Manifest
+	var old bake.Manifest
 	if json.Unmarshal([]byte(mjson), &old) != nil || old.Repo == nil || old.Repo.Fingerprint == "" {
 		return false, nil
 	}
@@ -456,7 +316,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 			return false, nil
 		}
 	}
-	date := e.plan.Options.Timestamp()
+	date := e.plan.Timestamp
 	if b.SigningKey != "" {
 		fp, err := e.signerFingerprint(b.SigningKey, b.Passphrase, date)
 		if err != nil {
@@ -498,7 +358,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if err != nil {
 		return false, err
 	}
-	if err := e.writeFile(ctx, b.Dir+"/"+artifact.ManifestFile, data, 0o644, "root:root"); err != nil {
+	if err := e.writeFile(ctx, b.Dir+"/"+bake.ManifestFile, data, 0o644, "root:root"); err != nil {
 		return false, err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))

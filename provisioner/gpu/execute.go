@@ -11,9 +11,10 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
 
 // StepError is a failed plan step: which one, and why.
@@ -37,6 +38,8 @@ type executor struct {
 	http    *http.Client
 	indexer indexer
 	plan    *gpustack.Plan
+	// spec is the plan's repository bake, when it has one.
+	spec bake.Spec
 	// keys caches fetched keys by URL: several sources may share one.
 	keys map[string][]byte
 	// signerFingerprint loads a signing key file for its fingerprint.
@@ -62,9 +65,13 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 	for _, n := range plan.Notes {
 		e.ui.Say("podvm-gpu: " + n)
 	}
-	if len(plan.Steps) == 0 {
-		e.ui.Say("podvm-gpu: nothing to do")
+	if plan.Idle != "" {
 		return nil
+	}
+	if plan.Repo != nil {
+		if e.spec, err = bake.SpecFor(plan, generator()); err != nil {
+			return fmt.Errorf("podvm-gpu: %w", err)
+		}
 	}
 	if d := plan.Driver; d.Branch != "" {
 		e.ui.Say(fmt.Sprintf("podvm-gpu: driver branch %s (%s modules, from %s) for kernels %s",
@@ -88,6 +95,11 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 	return nil
 }
 
+// generator names the provisioner in the manifests it writes.
+func generator() string {
+	return "packer-plugin-podvm " + version.PluginVersion.FormattedVersion() + " (podvm-gpu provisioner)"
+}
+
 func (e *executor) since(t time.Time) time.Duration {
 	return e.r.now().Sub(t).Round(100 * time.Millisecond)
 }
@@ -109,7 +121,9 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		_, err := e.r.runApt(ctx, aptPrefix+" update")
 		return err
 	case gpustack.Install:
-		cmd := aptPrefix + " install"
+		// The plan's packages are what the image must hold, a held older
+		// version on a rerun included.
+		cmd := aptPrefix + " install --allow-change-held-packages"
 		if a.NoRecommends {
 			cmd += " --no-install-recommends"
 		}
@@ -132,6 +146,12 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 	case gpustack.CheckModules:
 		return e.checkModules(ctx, a.Kernels, a.Modules)
 	case gpustack.SignModules:
+		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		return err
+	case gpustack.HoldPackages:
+		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		return err
+	case gpustack.CheckDriverVersion:
 		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
 		return err
 	case gpustack.UpdateInitramfs:
@@ -290,7 +310,7 @@ const aptPrivate = `-o Dir::Etc::SourceList="$d/none.list" -o Dir::Etc::SourcePa
 // warning from update (a bad signature is one on some apt versions) fails
 // it.
 func verifyRepoCommand(a gpustack.VerifyRepo) string {
-	src := artifact.Sources(a.Dir, a.Keyring)
+	src := bake.Sources(a.Dir, a.Keyring)
 	status := `: > "$d/status"`
 	if !a.Closure {
 		status = `cp /var/lib/dpkg/status "$d/status"`

@@ -16,6 +16,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 )
 
 // fakeImage describes the image the fake communicator pretends to be.
@@ -25,7 +26,7 @@ type fakeImage struct {
 	kernels   []string
 	sources   map[string]string // apt source files by path
 	debs      map[string][]byte // what apt "downloads" into the new repo dir
-	installed string            // dpkg-query output for the NVIDIA packages
+	installed string            // installed packages, one "status<TAB>name<TAB>version<TAB>arch" per line
 	files     map[string][]byte // other files Download reads, by path
 }
 
@@ -198,8 +199,8 @@ func (c *fakeComm) answer(inner string) (string, int) {
 			fmt.Fprintf(&b, "%s%s\n%s\n", sourceMarker, p, img.sources[p])
 		}
 		return b.String(), 0
-	case inner == cmdInstalledNvidia:
-		return img.installed, 0
+	case inner == "cat /var/lib/dpkg/status":
+		return img.dpkgStatus(), 0
 	case strings.Contains(inner, `for f in *.deb`):
 		return strings.Join(sortedKeys(img.debs), "\n") + "\n", 0
 	}
@@ -273,11 +274,9 @@ func (u *recordingUi) Say(s string)     { u.comm.record("ui: " + s) }
 func (u *recordingUi) Error(s string)   { u.comm.record("ui error: " + s) }
 func (u *recordingUi) Message(s string) { u.comm.record("ui output: " + s) }
 
-// fakeIndexer stands in for aptrepo with fixed output, so golden files do
-// not depend on signatures.
-type fakeIndexer struct{}
-
-func (fakeIndexer) Index(ctx context.Context, req indexRequest) (*indexResult, error) {
+// fakeIndexer stands in for bake.IndexRepo with fixed output, so golden
+// files do not depend on signatures.
+func fakeIndexer(ctx context.Context, _ bake.Spec, req bake.IndexInput) (*bake.Index, error) {
 	names, err := aptrepo.FindDebs(req.DebDir)
 	if err != nil {
 		return nil, err
@@ -302,11 +301,28 @@ func (fakeIndexer) Index(ctx context.Context, req indexRequest) (*indexResult, e
 			return nil, err
 		}
 	}
-	return &indexResult{
+	return &bake.Index{
 		Files:       sortedKeys(files),
 		Packages:    pkgs,
 		Fingerprint: "FAKEFINGERPRINT",
 		Keyring:     []byte("fake keyring\n"),
 		ArmoredKey:  []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nfake\n-----END PGP PUBLIC KEY BLOCK-----\n"),
 	}, nil
+}
+
+// dpkgStatus renders installed as the image's /var/lib/dpkg/status.
+func (img *fakeImage) dpkgStatus() string {
+	var b strings.Builder
+	for _, l := range strings.Split(img.installed, "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) < 4 {
+			continue
+		}
+		status := "install ok " + f[0]
+		if f[0] == "hold" {
+			status = "hold ok installed"
+		}
+		fmt.Fprintf(&b, "Package: %s\nStatus: %s\nVersion: %s\nArchitecture: %s\n\n", f[1], status, f[2], f[3])
+	}
+	return b.String()
 }

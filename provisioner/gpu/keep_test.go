@@ -15,7 +15,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 )
 
 // testSigningKey returns a fresh signing key and the path of its armored
@@ -67,27 +67,27 @@ func TestBakeKeepsUnchangedRepository(t *testing.T) {
 	oldFP := strings.ToUpper(hex.EncodeToString(oldKey.PrimaryKey.Fingerprint))
 	tests := []struct {
 		name       string
-		tamper     func(m *artifact.Manifest)
+		tamper     func(m *bake.Manifest)
 		signingKey string
 		wantKept   bool
 	}{
-		{"same packages, ephemeral key", func(*artifact.Manifest) {}, "", true},
-		{"same packages, same key file", func(*artifact.Manifest) {}, oldKeyFile, true},
-		{"same packages, another key file", func(*artifact.Manifest) {}, otherKeyFile, false},
-		{"a package changed", func(m *artifact.Manifest) { m.Repo.Packages[0].SHA256 = strings.Repeat("0", 64) }, "", false},
-		{"a package more", func(m *artifact.Manifest) {
-			m.Repo.Packages = append(m.Repo.Packages, artifact.Package{Filename: "extra_1_all.deb", SHA256: "x"})
+		{"same packages, ephemeral key", func(*bake.Manifest) {}, "", true},
+		{"same packages, same key file", func(*bake.Manifest) {}, oldKeyFile, true},
+		{"same packages, another key file", func(*bake.Manifest) {}, otherKeyFile, false},
+		{"a package changed", func(m *bake.Manifest) { m.Repo.Packages[0].SHA256 = strings.Repeat("0", 64) }, "", false},
+		{"a package more", func(m *bake.Manifest) {
+			m.Repo.Packages = append(m.Repo.Packages, bake.Package{Filename: "extra_1_all.deb", SHA256: "x"})
 		}, "", false},
-		{"key in the repository is not the manifest's", func(m *artifact.Manifest) { m.Repo.Fingerprint = "0123" }, "", false},
+		{"key in the repository is not the manifest's", func(m *bake.Manifest) { m.Repo.Fingerprint = "0123" }, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			img := debian13()
-			old := artifact.Manifest{SchemaVersion: 1, Created: "2001-01-01T00:00:00Z",
-				Repo: &artifact.Repo{Path: "/opt/local-packages", Fingerprint: oldFP}}
+			old := bake.Manifest{SchemaVersion: 1, Created: "2001-01-01T00:00:00Z",
+				Repo: &bake.Repo{Path: "/opt/local-packages", Fingerprint: oldFP}}
 			for name, data := range img.debs {
 				sum := sha256.Sum256(data)
-				old.Repo.Packages = append(old.Repo.Packages, artifact.Package{Name: strings.Split(name, "_")[0], Filename: poolName(name), SHA256: hex.EncodeToString(sum[:])})
+				old.Repo.Packages = append(old.Repo.Packages, bake.Package{Name: strings.Split(name, "_")[0], Filename: poolName(name), SHA256: hex.EncodeToString(sum[:])})
 			}
 			tt.tamper(&old)
 			mjson, _ := json.Marshal(old)
@@ -123,7 +123,7 @@ func TestBakeKeepsUnchangedRepository(t *testing.T) {
 			}
 			// The keyring, the sources file and a fresh manifest are (re)written.
 			var keyring []byte
-			var manifest artifact.Manifest
+			var manifest bake.Manifest
 			var sources bool
 			for path, data := range comm.uploads {
 				switch {
@@ -152,11 +152,11 @@ func TestBakeKeepsUnchangedRepository(t *testing.T) {
 			if manifest.Created == old.Created || manifest.Repo == nil || manifest.Repo.Fingerprint != oldFP || len(manifest.Repo.Packages) != 4 {
 				t.Errorf("manifest in the repository is not fresh with the old repo section: %+v", manifest)
 			}
-			host, err := os.ReadFile(filepath.Join(p.options.OutputDir, artifact.ManifestFile))
+			host, err := os.ReadFile(filepath.Join(p.options.OutputDir, bake.ManifestFile))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var hm artifact.Manifest
+			var hm bake.Manifest
 			if err := json.Unmarshal(host, &hm); err != nil || hm.Created != manifest.Created || hm.Repo.Fingerprint != oldFP {
 				t.Errorf("host manifest %v: %s", err, host)
 			}

@@ -20,7 +20,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
@@ -209,7 +209,7 @@ func TestBakeWithAptrepo(t *testing.T) {
 		img.debs[filepath.Base(path)] = data
 	}
 	p := newTestProvisioner(t, map[string]interface{}{"enable_nvidia_gpu": "no", "local_repo": "yes"})
-	p.indexer = aptrepoIndexer{}
+	p.indexer = bake.IndexRepo
 	comm := newFakeComm(img)
 	if err := provision(t, p, comm); err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func TestBakeWithAptrepo(t *testing.T) {
 		t.Error("the repo's keyring.gpg and the image keyring differ")
 	}
 	packages := string(uploaded("Packages"))
-	var m artifact.Manifest
+	var m bake.Manifest
 	if err := json.Unmarshal(uploaded("manifest.json"), &m); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestBakeWithAptrepo(t *testing.T) {
 			t.Errorf("Packages lacks %s", pk.Filename)
 		}
 	}
-	host, err := os.ReadFile(filepath.Join(p.options.OutputDir, artifact.ManifestFile))
+	host, err := os.ReadFile(filepath.Join(p.options.OutputDir, bake.ManifestFile))
 	if err != nil || !bytes.Equal(host, uploaded("manifest.json")) {
 		t.Errorf("host manifest differs from the image's (%v)", err)
 	}
@@ -298,61 +298,6 @@ func TestVerifyRepoStatus(t *testing.T) {
 		cmd := verifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-x"}, Closure: tc.closure})
 		if !strings.Contains(cmd, tc.want) || strings.Contains(cmd, tc.not) {
 			t.Errorf("closure %v: command %s\nwant %q and not %q", tc.closure, cmd, tc.want, tc.not)
-		}
-	}
-}
-
-func TestParseInstalledAndDriverVersion(t *testing.T) {
-	pkgs := parseInstalled("installed\tnvidia-smi\t550-2\tamd64\nconfig-files\tnvidia-old\t1\tamd64\n\ninstalled\tlibcuda1\t550-2\tamd64\nnot-installed\tnvidia-x\t\t\n")
-	if len(pkgs) != 2 || pkgs[0].Name != "libcuda1" || pkgs[1].Name != "nvidia-smi" || pkgs[1].Version != "550-2" || pkgs[1].Arch != "amd64" {
-		t.Fatalf("parsed %+v", pkgs)
-	}
-	plan := &gpustack.Plan{Steps: []gpustack.Step{
-		{ID: "headers", Actions: []gpustack.Action{gpustack.Install{Packages: []string{"libcuda1"}}}},
-		{ID: driverStep, Actions: []gpustack.Action{gpustack.Install{Packages: []string{"nvidia-smi=550-2", "libcuda1"}}}},
-	}}
-	if v := driverVersion(plan, pkgs); v != "550-2" {
-		t.Errorf("driver version %q", v)
-	}
-	if v := driverVersion(plan, nil); v != "" {
-		t.Errorf("driver version %q with nothing installed", v)
-	}
-}
-
-// TestSwapRestoresPrevious runs the swap command in a shell whose final
-// mv fails: the previous repository must be back in place, untouched.
-func TestSwapRestoresPrevious(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
-	for _, failMove := range []bool{false, true} {
-		root := t.TempDir()
-		d, n, o := filepath.Join(root, "repo"), filepath.Join(root, "repo.podvm-new"), filepath.Join(root, "repo.podvm-old")
-		for dir, content := range map[string]string{d: "old", n: "new"} {
-			os.MkdirAll(dir, 0o755)
-			os.WriteFile(filepath.Join(dir, "Packages"), []byte(content), 0o644)
-		}
-		cmd := swapCommand(n, o, d, nil, nil)
-		cmd = strings.ReplaceAll(cmd, "chown -R root:root", "true")
-		if failMove {
-			cmd = `mv() { if [ "$1" = ` + shellQuote(n) + ` ]; then return 1; fi; command mv "$@"; }; ` + cmd
-		}
-		err := exec.Command("sh", "-c", cmd).Run()
-		got, _ := os.ReadFile(filepath.Join(d, "Packages"))
-		want := "new"
-		if failMove {
-			want = "old"
-			if err == nil {
-				t.Error("failed mv: swap reported success")
-			}
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("failMove %v: repository holds %q, want %q", failMove, got, want)
-		}
-		if _, err := os.Stat(o); !os.IsNotExist(err) {
-			t.Errorf("failMove %v: %s left behind", failMove, o)
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -149,7 +149,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	}
 	p.options = res.Options
 	if err == nil {
-		for _, e := range artifact.CheckInputs(p.options, time.Now()) {
+		for _, e := range bake.CheckInputs(p.options, time.Now()) {
 			errs = packersdk.MultiErrorAppend(errs, e)
 		}
 	}
@@ -163,8 +163,10 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, generatedData map[string]interface{}) error {
 	p.config.ctx.Data = generatedData
 	o := p.options
-	if !o.EnableGPU && !o.RepoEnabled() {
-		ui.Say("podvm-gpu: nothing to do: enable_nvidia_gpu is no and local_repo is off")
+	// Before anything touches the image: an idle provisioner works on any
+	// image, supported or not.
+	if idle := o.Idle(); idle != "" {
+		ui.Say("podvm-gpu: " + idle)
 		return nil
 	}
 	r := &runner{
@@ -198,8 +200,8 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 		e.http = &http.Client{Timeout: 60 * time.Second}
 	}
 	if e.indexer == nil {
-		e.indexer = aptrepoIndexer{}
+		e.indexer = bake.IndexRepo
 	}
-	e.signerFingerprint = artifact.SignerFingerprint
+	e.signerFingerprint = bake.SignerFingerprint
 	return e.provision(ctx, o)
 }

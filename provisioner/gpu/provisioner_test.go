@@ -67,7 +67,7 @@ func newTestProvisioner(t *testing.T, settings map[string]interface{}) *Provisio
 		lookupEnv: func(string) (string, bool) { return "", false },
 		backoff:   func(int) time.Duration { return 0 },
 		runID:     "test",
-		indexer:   fakeIndexer{},
+		indexer:   fakeIndexer,
 	}
 	clock := time.Unix(1700000000, 0)
 	p.now = func() time.Time { clock = clock.Add(1500 * time.Millisecond); return clock }
@@ -297,7 +297,7 @@ func TestCancellation(t *testing.T) {
 	// Hang the driver install: a long command on a communicator that
 	// ignores the context.
 	comm.respond = func(n int, inner string) (string, int, bool) {
-		if strings.Contains(inner, "install --no-install-recommends nvidia") && comm.hangAt == 0 {
+		if strings.Contains(inner, "--no-install-recommends nvidia") && comm.hangAt == 0 {
 			comm.mu.Lock()
 			comm.hangAt = n
 			comm.mu.Unlock()

@@ -24,7 +24,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"gopkg.in/yaml.v3"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -287,12 +287,12 @@ func configMapSources(t *testing.T, arts string) string {
 	var cm struct {
 		Data map[string]string `yaml:"data"`
 	}
-	b, err := os.ReadFile(filepath.Join(arts, artifact.ConfigMapFile))
+	b, err := os.ReadFile(filepath.Join(arts, bake.ConfigMapFile))
 	must(t, err)
 	must(t, yaml.Unmarshal(b, &cm))
-	sources := cm.Data[artifact.SourcesFile]
+	sources := cm.Data[bake.SourcesFile]
 	if sources == "" {
-		t.Fatalf("ConfigMap has no %s", artifact.SourcesFile)
+		t.Fatalf("ConfigMap has no %s", bake.SourcesFile)
 	}
 	return sources
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,19 +23,19 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
-	"github.com/podvm-gpu/packer-plugin-podvm/artifact"
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/keyscan"
 )
 
 // e2eSettings are the options both back ends get, through the environment
-// as `make image` and `make mkosi` pass them: the GPU stack with the table's
-// defaults (Debian's driver; auto picks its proprietary modules on 13), the
-// hook and the CDI service, and the container toolkit from the local
-// stand-in mirror.
+// as `make image` and `make mkosi` pass them: the table's defaults, which
+// is what a user gets with no flags (the GPU stack, Debian's driver with
+// the proprietary modules auto picks on 13, the pinned toolkit, hook and
+// CDI service, holds), with only the container toolkit's repository
+// pointed at the local stand-in mirror, since NVIDIA's is out of reach.
 func e2eSettings(m toolkitMirror) []string {
 	return []string{
-		"ENABLE_NVIDIA_GPU=yes",
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_URL=" + m.URL,
 		"NVIDIA_CONTAINER_TOOLKIT_REPO_KEYRING=" + m.Keyring,
 	}
@@ -272,8 +273,8 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 
 	repo := filepath.Join(rootfs, "opt/local-packages")
 	t.Run("repository and manifest", func(t *testing.T) {
-		var m artifact.Manifest
-		b, err := os.ReadFile(filepath.Join(arts, artifact.ManifestFile))
+		var m bake.Manifest
+		b, err := os.ReadFile(filepath.Join(arts, bake.ManifestFile))
 		must(t, err)
 		must(t, json.Unmarshal(b, &m))
 		inImage, err := os.ReadFile(filepath.Join(repo, "manifest.json"))
@@ -283,6 +284,17 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 		}
 		if strings.Join(m.Kernels, " ") != kver || m.GPU == nil || m.GPU.Flavour != "proprietary" || m.Repo == nil {
 			t.Fatalf("manifest: %s", b)
+		}
+		// The defaults: the driver's installed version recorded, the pinned
+		// toolkit, the kernel, driver and toolkit held.
+		if !strings.HasPrefix(m.GPU.DriverVersion, m.GPU.DriverBranch+".") || m.GPU.ToolkitVersion != gpustack.DefaultToolkitVersion {
+			t.Errorf("manifest: driver version %q (branch %s), toolkit %q, want the installed driver and toolkit %s",
+				m.GPU.DriverVersion, m.GPU.DriverBranch, m.GPU.ToolkitVersion, gpustack.DefaultToolkitVersion)
+		}
+		for _, want := range []string{"linux-image-" + kver, "nvidia-kernel-dkms", "nvidia-container-toolkit"} {
+			if !slices.Contains(m.Held, want) {
+				t.Errorf("manifest: %s not held; held %v", want, m.Held)
+			}
 		}
 		names := map[string]bool{}
 		for _, p := range m.Repo.Packages {
@@ -368,15 +380,37 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	} else {
 		t.Logf("NVIDIA packages: %d, same names and versions", len(a))
 	}
-	for _, f := range []string{
+	// The files the plan writes, the apt sources, pins and keyrings it
+	// adds (the image's own archive entries and the local repository's
+	// keyring differ by design: docs/mkosi.md), and the module signing
+	// certificate's place.
+	same := []string{
 		gpustack.HookPath,
 		"etc/nvidia-container-runtime/config.toml",
 		"etc/modprobe.d/podvm-blacklist-nouveau.conf",
+		"etc/initramfs-tools/hooks/podvm-no-nouveau",
+		"etc/nvidia/current/nvidia-load.conf",
+		"etc/dkms/framework.conf.d/podvm-gpu.conf",
 		"usr/libexec/podvm-gpu/has-nvidia-gpu",
 		"etc/systemd/system/nvidia-cdi-generate.service",
 		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
 		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
-	} {
+		"etc/systemd/system/" + gpustack.MountUnitName("/run/nvidia/local-packages"),
+	}
+	for _, root := range []string{packerRoot, mkosiRoot} {
+		for _, glob := range []string{"etc/apt/sources.list.d/podvm-nvidia-*", "etc/apt/preferences.d/podvm-*", "usr/share/keyrings/podvm-nvidia-*"} {
+			ms, err := filepath.Glob(filepath.Join(root, glob))
+			must(t, err)
+			for _, m := range ms {
+				rel, _ := filepath.Rel(root, m)
+				if !slices.Contains(same, rel) {
+					same = append(same, rel)
+				}
+			}
+		}
+	}
+	t.Logf("comparing %d files byte for byte", len(same))
+	for _, f := range same {
 		a, errA := os.ReadFile(filepath.Join(packerRoot, f))
 		b, errB := os.ReadFile(filepath.Join(mkosiRoot, f))
 		if errA != nil || errB != nil || !bytes.Equal(a, b) {
@@ -396,10 +430,56 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	if a, b := gpuUnits(packerRoot), gpuUnits(mkosiRoot); !slices.Equal(a, b) {
 		t.Errorf("enabled NVIDIA units differ: packer %v, mkosi %v", a, b)
 	}
+	held := func(root string) []string {
+		b, err := os.ReadFile(filepath.Join(root, "var/lib/dpkg/status"))
+		must(t, err)
+		var out []string
+		for _, para := range strings.Split(string(b), "\n\n") {
+			if strings.TrimSpace(para) == "" {
+				continue
+			}
+			p, err := aptrepo.ParseControl([]byte(para))
+			must(t, err)
+			if p.Value("Status") == "hold ok installed" {
+				out = append(out, p.Value("Package"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if a, b := held(packerRoot), held(mkosiRoot); !slices.Equal(a, b) || len(a) == 0 {
+		t.Errorf("held packages differ or none: packer %v, mkosi %v", a, b)
+	} else {
+		t.Logf("held packages: %d, the same", len(a))
+	}
+	// The manifests are equal but for what each build has of its own:
+	// generator, creation time, the repository's and the modules'
+	// ephemeral keys.
+	manifest := func(root string) bake.Manifest {
+		var m bake.Manifest
+		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
+		must(t, err)
+		must(t, json.Unmarshal(b, &m))
+		m.Generator, m.Created = "", ""
+		if m.Repo != nil {
+			m.Repo.Fingerprint = ""
+		}
+		if m.GPU != nil && m.GPU.ModuleSigning != nil {
+			m.GPU.ModuleSigning.CertSHA256 = ""
+		}
+		return m
+	}
+	if a, b := manifest(packerRoot), manifest(mkosiRoot); !reflect.DeepEqual(a, b) {
+		ja, _ := json.MarshalIndent(a, "", " ")
+		jb, _ := json.MarshalIndent(b, "", " ")
+		t.Errorf("manifests differ beyond generator, created and keys:\npacker %s\nmkosi  %s", ja, jb)
+	} else {
+		t.Logf("manifests equal beyond generator, created and keys (%d GPU packages, %d held, %d in the repository)", len(a.GPU.Packages), len(a.Held), len(a.Repo.Packages))
+	}
 	// The same signer policy: both sign with an ephemeral key of the same
 	// subject (each build its own key, so the certificates differ).
-	signing := func(root string) artifact.ModuleSigning {
-		var m artifact.Manifest
+	signing := func(root string) bake.ModuleSigning {
+		var m bake.Manifest
 		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
 		must(t, err)
 		must(t, json.Unmarshal(b, &m))
@@ -414,7 +494,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		t.Errorf("module signing differs: packer %+v, mkosi %+v", a, b)
 	}
 	repoSet := func(root, kver string) []string {
-		var m artifact.Manifest
+		var m bake.Manifest
 		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
 		must(t, err)
 		must(t, json.Unmarshal(b, &m))
@@ -484,7 +564,7 @@ func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver stri
 	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list")))
 	must(t, os.RemoveAll(filepath.Join(ctr, "etc/apt/sources.list.d")))
 	must(t, os.MkdirAll(filepath.Join(ctr, "etc/apt/sources.list.d"), 0o755))
-	must(t, os.WriteFile(filepath.Join(ctr, "etc/apt/sources.list.d", artifact.SourcesFile), []byte(sources), 0o644))
+	must(t, os.WriteFile(filepath.Join(ctr, "etc/apt/sources.list.d", bake.SourcesFile), []byte(sources), 0o644))
 
 	// The repository appears where the ConfigMap's entry says: below the
 	// host's /run/nvidia, which the driver DaemonSet mounts at the same path.
@@ -541,7 +621,7 @@ func offlineDriverContainer(t *testing.T, env *builderEnv, arts, repo, kver stri
 // image and among the host artefacts (DER and PEM, the same certificate,
 // recorded in the manifest); DKMS left no key or certificate of its own.
 func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
-	der, err := os.ReadFile(filepath.Join(arts, artifact.ModuleCertDERFile))
+	der, err := os.ReadFile(filepath.Join(arts, bake.ModuleCertDERFile))
 	must(t, err)
 	cert, err := x509.ParseCertificate(der)
 	must(t, err)
@@ -550,18 +630,18 @@ func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
 	if !bytes.Equal(inImage, der) {
 		t.Error("the certificate in the image differs from the host artefact")
 	}
-	pemData, err := os.ReadFile(filepath.Join(arts, artifact.ModuleCertPEMFile))
+	pemData, err := os.ReadFile(filepath.Join(arts, bake.ModuleCertPEMFile))
 	must(t, err)
 	if blk, _ := pem.Decode(pemData); blk == nil || !bytes.Equal(blk.Bytes, der) {
 		t.Error("the PEM certificate is not the DER one")
 	}
-	var m artifact.Manifest
-	b, err := os.ReadFile(filepath.Join(arts, artifact.ManifestFile))
+	var m bake.Manifest
+	b, err := os.ReadFile(filepath.Join(arts, bake.ManifestFile))
 	must(t, err)
 	must(t, json.Unmarshal(b, &m))
 	if m.GPU == nil || m.GPU.ModuleSigning == nil || m.GPU.ModuleSigning.Mode != "ephemeral" ||
-		m.GPU.ModuleSigning.Signer != cert.Subject.CommonName || m.GPU.ModuleSigning.CertSHA256 != artifact.CertSHA256(der) {
-		t.Errorf("manifest module_signing %+v, certificate %q %s", m.GPU.ModuleSigning, cert.Subject.CommonName, artifact.CertSHA256(der))
+		m.GPU.ModuleSigning.Signer != cert.Subject.CommonName || m.GPU.ModuleSigning.CertSHA256 != bake.CertSHA256(der) {
+		t.Errorf("manifest module_signing %+v, certificate %q %s", m.GPU.ModuleSigning, cert.Subject.CommonName, bake.CertSHA256(der))
 	}
 	var mods []string
 	// What DKMS built (updates/); the kernel's own nvidia-wmi and nvidiafb
@@ -582,7 +662,7 @@ func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
 			t.Errorf("%s: signer %q (%s), want %q with sha256 or stronger", mod, signer, algo, cert.Subject.CommonName)
 		}
 	}
-	t.Logf("%d NVIDIA modules signed by %q, certificate sha256 %s", len(mods), cert.Subject.CommonName, artifact.CertSHA256(der))
+	t.Logf("%d NVIDIA modules signed by %q, certificate sha256 %s", len(mods), cert.Subject.CommonName, bake.CertSHA256(der))
 	// The distribution's modules are untouched: still what dpkg installed.
 	pristine, err := keyscan.DpkgPristine(rootfs)
 	must(t, err)

@@ -1,9 +1,4 @@
-// Package artifact writes what a build leaves beside the image: the deb822
-// source of the node-local repository, a GPU Operator ConfigMap and Helm
-// values that point the driver container at it, the armored public key and
-// the manifest. The Packer provisioner and the mkosi generator write the
-// same files through it.
-package artifact
+package bake
 
 import (
 	"bytes"
@@ -21,7 +16,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // File names in the output directory.
@@ -53,8 +47,11 @@ type Manifest struct {
 	Created       string   `json:"created"` // RFC 3339, from SOURCE_DATE_EPOCH when set
 	Target        Target   `json:"target"`
 	Kernels       []string `json:"kernels"`
-	GPU           *GPU     `json:"gpu,omitempty"`
-	Repo          *Repo    `json:"repo,omitempty"`
+	// Held are the installed packages apt-mark holds (hold_packages): the
+	// kernels and, with the GPU stack, the driver and the toolkit.
+	Held []string `json:"held,omitempty"`
+	GPU  *GPU     `json:"gpu,omitempty"`
+	Repo *Repo    `json:"repo,omitempty"`
 }
 
 // ModuleSigning records the signer every NVIDIA module carries and the
@@ -123,37 +120,6 @@ func (m Manifest) JSON() ([]byte, error) {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
 	return append(b, '\n'), nil
-}
-
-// NewManifest is the part of the manifest that plan p decides: the target,
-// the kernels and, with the GPU stack on, the driver and toolkit it chose.
-// What only the build knows (Created, the installed NVIDIA packages, the
-// driver's installed version, Repo) the back end fills in.
-func NewManifest(p *gpustack.Plan, generator string) Manifest {
-	o := p.Options
-	m := Manifest{
-		Generator: generator,
-		Target:    Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
-		Kernels:   p.Kernels,
-	}
-	if o.EnableGPU {
-		m.GPU = &GPU{
-			DriverBranch:   p.Driver.Branch,
-			DriverVersion:  p.Driver.Version,
-			Flavour:        string(p.Driver.Flavour),
-			Source:         string(p.Driver.Source),
-			Modules:        p.Driver.Modules,
-			Toolkit:        o.Toolkit,
-			ToolkitVersion: o.ToolkitVersion,
-		}
-		if o.Toolkit {
-			m.GPU.HookMode = string(o.HookMode)
-		}
-		if ms := p.ModuleSigning; ms.Mode != "" {
-			m.GPU.ModuleSigning = &ModuleSigning{Mode: ms.Mode, Signer: ms.Signer}
-		}
-	}
-	return m
 }
 
 // Stamp sets Created from t, in UTC.

@@ -1,7 +1,9 @@
-package main
+package mkosi
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,7 +18,7 @@ import (
 // TestMkosiMirrors reads made-up apt configurations from hostapt's test
 // data, never the host's /etc/apt.
 func TestMkosiMirrors(t *testing.T) {
-	const apt = "hostapt/testdata/apt/"
+	const apt = "../hostapt/testdata/apt/"
 	target := func(distro, rel, arch string) gpustack.Target {
 		tg, err := gpustack.LookupRelease(distro, rel, arch)
 		if err != nil {
@@ -124,14 +126,18 @@ func TestCheckKeysCommand(t *testing.T) {
 	}
 	write("usr/share/keyrings/podvm-local-packages.gpg", pub.Bytes())
 	args := []string{"check-keys", "--root", root, "/opt/local-packages", "/usr/share/keyrings", "/etc/apt"}
-	if rc := runMkosi(args); rc != 0 {
+	if rc := runCommand(args); rc != 0 {
 		t.Errorf("public keyring only: rc %d, want 0", rc)
 	}
 	write("opt/local-packages/signing.key", sec.Bytes())
-	if rc := runMkosi(args); rc != 1 {
+	if rc := runCommand(args); rc != 1 {
 		t.Errorf("secret key in the repository: rc %d, want 1", rc)
 	}
-	if rc := runMkosi([]string{"check-keys", "--root", root}); rc != 2 {
+	if rc := runCommand([]string{"check-keys", "--root", root}); rc != 2 {
 		t.Errorf("no directory: rc %d, want 2", rc)
 	}
+}
+
+func runCommand(args []string) int {
+	return RunCommand(context.Background(), args, io.Discard, io.Discard)
 }

@@ -1,4 +1,4 @@
-package artifact
+package bake
 
 import (
 	"encoding/json"
@@ -6,10 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 
 	"gopkg.in/yaml.v3"
 )
@@ -116,31 +114,6 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 	if err := yaml.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
-	}
-}
-
-func TestNewManifest(t *testing.T) {
-	p := &gpustack.Plan{
-		Target:  gpustack.Target{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64"},
-		Kernels: []string{"6.12.57+deb13-amd64"},
-		Driver:  gpustack.Driver{Branch: "550", Flavour: "open", Source: "cuda", Modules: []string{"nvidia"}},
-	}
-	p.Options.HookMode = "cdi"
-	if m := NewManifest(p, "g"); m.GPU != nil || m.Generator != "g" || m.Target.Codename != "trixie" || len(m.Kernels) != 1 {
-		t.Errorf("GPU off: %+v", m)
-	}
-	p.Options.EnableGPU = true
-	m := NewManifest(p, "g")
-	if m.GPU == nil || m.GPU.DriverBranch != "550" || m.GPU.Flavour != "open" || m.GPU.HookMode != "" {
-		t.Errorf("GPU on, no toolkit: %+v", m.GPU)
-	}
-	p.Options.Toolkit = true
-	if m := NewManifest(p, "g"); m.GPU.HookMode != "cdi" || !m.GPU.Toolkit {
-		t.Errorf("GPU on, toolkit: %+v", m.GPU)
-	}
-	m.Stamp(time.Unix(1700000000, 0).In(time.FixedZone("x", 3600)))
-	if m.Created != "2023-11-14T22:13:20Z" {
-		t.Errorf("Created %q", m.Created)
 	}
 }
 

@@ -1,0 +1,328 @@
+// Package bake is the host-side half of the node-local repository, the
+// same for every back end: it chooses the signer, indexes and signs the
+// downloaded .debs, writes the manifest and every artefact that goes
+// beside the image (the deb822 source, the GPU Operator ConfigMap, Helm
+// values and NVIDIADriver, the armored key, the module signing
+// certificate). The back ends only move files: the Packer provisioner over
+// its communicator, the mkosi scripts within the image tree.
+package bake
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+// Repository identity in Release and in an ephemeral key's user ID.
+const (
+	origin = "podvm"
+	label  = "podvm local packages"
+)
+
+// Spec is what a bake takes from the plan. It is plain data, so a
+// generated tree carries it to build time as JSON.
+type Spec struct {
+	Repo gpustack.BakeRepo `json:"repo"`
+	// Base is the plan's part of the manifest: target, kernels, the GPU
+	// stack it chose. The build adds what only it knows.
+	Base Manifest `json:"manifest"`
+	// Installed are dpkg name patterns: the installed packages they match
+	// are the GPU stack the manifest lists.
+	Installed []string `json:"installed,omitempty"`
+	// DriverPackage is the package whose installed version the manifest
+	// records as the driver's.
+	DriverPackage string `json:"driver_package,omitempty"`
+}
+
+// SpecFor is the bake spec of plan p, whose manifest names generator.
+func SpecFor(p *gpustack.Plan, generator string) (Spec, error) {
+	if p.Repo == nil {
+		return Spec{}, errors.New("bake: the plan bakes no repository")
+	}
+	m := Manifest{
+		SchemaVersion: 1,
+		Generator:     generator,
+		Target:        Target{Distro: p.Target.Distro, Version: p.Target.Version, Codename: p.Target.Codename, Arch: p.Target.Arch},
+		Kernels:       p.Kernels,
+	}
+	if p.GPU {
+		m.GPU = &GPU{
+			DriverBranch:  p.Driver.Branch,
+			DriverVersion: p.Driver.Version,
+			Flavour:       string(p.Driver.Flavour),
+			Source:        string(p.Driver.Source),
+			Modules:       p.Driver.Modules,
+		}
+		if tk := p.Toolkit; tk != nil {
+			m.GPU.Toolkit = true
+			m.GPU.ToolkitVersion = tk.Version
+			m.GPU.HookMode = string(tk.HookMode)
+		}
+		if ms := p.ModuleSigning; ms.Mode != "" {
+			m.GPU.ModuleSigning = &ModuleSigning{Mode: ms.Mode, Signer: ms.Signer}
+		}
+	}
+	return Spec{Repo: *p.Repo, Base: m, Installed: p.Installed, DriverPackage: p.Driver.Package}, nil
+}
+
+// Index is a signed repository index on the build host.
+type Index struct {
+	Files       []string // base names written into the output directory
+	Packages    []aptrepo.Package
+	Fingerprint string
+	Keyring     []byte // binary public keyring
+	ArmoredKey  []byte
+}
+
+// IndexInput is where the .debs are and where the index goes.
+type IndexInput struct {
+	DebDir, OutDir string
+	// KeyFile is the signing key on this host ("" for a fresh ephemeral
+	// key); a back end that sees the host through a mount resolves
+	// Spec.Repo.SigningKey to it.
+	KeyFile string
+	Date    time.Time
+}
+
+// Signer is the repository's signer: the key file, or a fresh Ed25519
+// key whose private half the caller discards after signing, so that the
+// repository can never be extended.
+func Signer(keyFile, passphraseEnv string, date time.Time) (*aptrepo.Signer, error) {
+	if keyFile != "" {
+		return aptrepo.LoadSigner(keyFile, passphraseEnv, date)
+	}
+	return aptrepo.NewEphemeralSigner(label, date)
+}
+
+// IndexRepo indexes and signs the .debs in in.DebDir into in.OutDir. The
+// private key lives in this process only, and is dropped before it
+// returns.
+func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
+	signer, err := Signer(in.KeyFile, s.Repo.Passphrase, in.Date)
+	if err != nil {
+		return nil, err
+	}
+	defer signer.Discard()
+	res, err := aptrepo.Build(ctx, aptrepo.Options{
+		DebDir: in.DebDir, Out: in.OutDir, Placement: aptrepo.IndexOnly,
+		Origin: origin, Label: label, Date: in.Date, Signer: signer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Index{
+		Files:       res.Files,
+		Packages:    res.Packages,
+		Fingerprint: res.Fingerprint,
+		Keyring:     signer.PublicKeyring(),
+		ArmoredKey:  signer.ArmoredPublicKey(),
+	}, nil
+}
+
+// ImageState is what the manifest reads from the image as built.
+type ImageState struct {
+	// Kernels are the kernels the repository serves: the plan's, or those
+	// a generator resolved at build time.
+	Kernels []string
+	// DpkgStatus is the image's /var/lib/dpkg/status.
+	DpkgStatus []byte
+	// ModuleCert is the module signing certificate (DER) in the image; nil
+	// when the build signed no module.
+	ModuleCert []byte
+}
+
+// Manifest is the manifest of the image as it is: the plan's part, then
+// the installed GPU stack (the Installed rule applied to the dpkg status),
+// the driver's installed version, the held packages, the certificate's
+// fingerprint and repo.
+func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, error) {
+	m := s.Base
+	m.SchemaVersion = 1
+	m.Stamp(date)
+	m.Kernels = st.Kernels
+	m.Repo = repo
+	pkgs, err := parseStatus(st.DpkgStatus)
+	if err != nil {
+		return m, fmt.Errorf("reading the image's dpkg status: %w", err)
+	}
+	for _, p := range pkgs {
+		if p.held {
+			m.Held = append(m.Held, p.Name)
+		}
+	}
+	slices.Sort(m.Held)
+	if m.GPU != nil {
+		gpu := *m.GPU
+		gpu.Packages = nil
+		for _, p := range pkgs {
+			if p.installed && matchAny(s.Installed, p.Name) {
+				gpu.Packages = append(gpu.Packages, p.Package)
+			}
+			if p.installed && p.Name == s.DriverPackage {
+				gpu.DriverVersion = p.Version
+			}
+		}
+		slices.SortFunc(gpu.Packages, func(a, b Package) int {
+			return strings.Compare(a.Name+"\x00"+a.Arch, b.Name+"\x00"+b.Arch)
+		})
+		if ms := gpu.ModuleSigning; ms != nil {
+			sig := *ms
+			if st.ModuleCert != nil {
+				sig.CertSHA256 = CertSHA256(st.ModuleCert)
+			}
+			gpu.ModuleSigning = &sig
+		}
+		m.GPU = &gpu
+	}
+	return m, nil
+}
+
+// File is a file the bake puts in the image, at an absolute path there.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// InImage are the files that go with the repository into the image beside
+// it: the public keyring and, when asked for, the sources file. The
+// manifest goes into the repository directory itself.
+func (s Spec) InImage(keyring []byte) []File {
+	files := []File{{Path: s.Repo.Keyring, Data: keyring}}
+	if s.Repo.SourcesFile {
+		files = append(files, File{Path: s.Repo.SourcesPath(), Data: []byte(Sources(s.Repo.Dir, s.Repo.Keyring))})
+	}
+	return files
+}
+
+// Artifacts writes the host artefacts into dir and returns their paths.
+func (s Spec) Artifacts(dir string, armoredKey []byte, m Manifest, moduleCert []byte) ([]string, error) {
+	paths, err := Write(dir, Set{
+		RepoPath:    s.Repo.Dir,
+		ExposePath:  s.Repo.ExposePath,
+		KeyringPath: s.Repo.Keyring,
+		ArmoredKey:  armoredKey,
+		Manifest:    m,
+		ModuleCert:  moduleCert,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("writing host artifacts: %w", err)
+	}
+	return paths, nil
+}
+
+type statusPackage struct {
+	Package
+	installed, held bool
+}
+
+// parseStatus reads the packages of a dpkg status file, in its order.
+func parseStatus(data []byte) ([]statusPackage, error) {
+	var out []statusPackage
+	for _, para := range bytes.Split(data, []byte("\n\n")) {
+		f := map[string]string{}
+		sc := bufio.NewScanner(bytes.NewReader(para))
+		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
+				f[k] = strings.TrimSpace(v)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+		if f["Package"] == "" {
+			continue
+		}
+		// Status: want flag status, e.g. "hold ok installed".
+		st := strings.Fields(f["Status"])
+		p := statusPackage{Package: Package{Name: f["Package"], Version: f["Version"], Arch: f["Architecture"]}}
+		if len(st) == 3 {
+			p.installed = st[2] == "installed"
+			p.held = st[0] == "hold" && p.installed
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// matchAny reports whether name matches one of the dpkg-style patterns
+// (shell globs, as dpkg-query takes them).
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, err := path.Match(p, name); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Tree is a bake into an image tree on this host (a generator's build):
+// the .debs are already in the repository directory below Root.
+type Tree struct {
+	Root string // the image
+	// Kernels are the kernels the repository serves.
+	Kernels []string
+	// KeyFile is the signing key as this host sees it; "" for ephemeral.
+	KeyFile string
+	Date    time.Time
+	// ArtifactsDir receives the host artefacts; "" for none.
+	ArtifactsDir string
+}
+
+// InTree indexes and signs the repository in place, then writes the
+// keyring, the sources file and the manifest into the tree and the
+// artefacts beside it.
+func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
+	if !path.IsAbs(s.Repo.Dir) || !path.IsAbs(s.Repo.Keyring) {
+		return nil, fmt.Errorf("bake: repository %q and keyring %q must be absolute paths in the image", s.Repo.Dir, s.Repo.Keyring)
+	}
+	in := func(p string) string { return filepath.Join(t.Root, filepath.FromSlash(p)) }
+	dir := in(s.Repo.Dir)
+	idx, err := IndexRepo(ctx, s, IndexInput{DebDir: dir, OutDir: dir, KeyFile: t.KeyFile, Date: t.Date})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range s.InImage(idx.Keyring) {
+		if err := WriteFile(in(f.Path), f.Data); err != nil {
+			return nil, err
+		}
+	}
+	st := ImageState{Kernels: t.Kernels}
+	if st.DpkgStatus, err = os.ReadFile(in("/var/lib/dpkg/status")); err != nil {
+		return nil, fmt.Errorf("reading the image's dpkg status: %w", err)
+	}
+	if c := s.Repo.ModuleCert; c != "" {
+		if st.ModuleCert, err = os.ReadFile(in(c)); err != nil {
+			return nil, fmt.Errorf("the module signing certificate: %w", err)
+		}
+	}
+	m, err := s.Manifest(NewRepo(s.Repo.Dir, s.Repo.Keyring, idx.Fingerprint, idx.Packages), st, t.Date)
+	if err != nil {
+		return nil, err
+	}
+	data, err := m.JSON()
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteFile(filepath.Join(dir, ManifestFile), data); err != nil {
+		return nil, err
+	}
+	if t.ArtifactsDir != "" {
+		if _, err := s.Artifacts(t.ArtifactsDir, idx.ArmoredKey, m, st.ModuleCert); err != nil {
+			return nil, err
+		}
+	}
+	return idx, nil
+}

@@ -1,0 +1,184 @@
+package bake
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+const testStatus = "Package: nvidia-kernel-dkms\nStatus: hold ok installed\nVersion: 550.163.01-2\nArchitecture: amd64\nDescription: x\n multi-line: not a field\n\n" +
+	"Package: nvidia-removed\nStatus: deinstall ok config-files\nVersion: 1\nArchitecture: amd64\n\n" +
+	"Package: libcuda1\nStatus: install ok installed\nVersion: 550.163.01-2\nArchitecture: amd64\n\n" +
+	"Package: linux-image-6.12.57+deb13-amd64\nStatus: hold ok installed\nVersion: 6.12.57-1\nArchitecture: amd64\n\n" +
+	"Package: bash\nStatus: install ok installed\nVersion: 5.2\nArchitecture: amd64\n"
+
+func testPlan(t *testing.T, gpu bool) *gpustack.Plan {
+	t.Helper()
+	env := map[string]string{"SOURCE_DATE_EPOCH": "1700000000"}
+	if !gpu {
+		env["ENABLE_NVIDIA_GPU"] = "no"
+		env["LOCAL_REPO"] = "yes"
+	}
+	res, err := gpustack.Resolve(gpustack.Input{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := gpustack.NewPlan(res.Options, gpustack.Target{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64", Kernels: []string{"6.12.57+deb13-amd64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSpecManifest checks the manifest both back ends write, from the
+// plan's named data and the image's dpkg status.
+func TestSpecManifest(t *testing.T) {
+	date := time.Unix(1700000000, 0).In(time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		name    string
+		gpu     bool
+		held    []string
+		gpuPkgs []string
+	}{
+		{"gpu", true, []string{"linux-image-6.12.57+deb13-amd64", "nvidia-kernel-dkms"}, []string{"libcuda1", "nvidia-kernel-dkms"}},
+		{"node profile", false, []string{"linux-image-6.12.57+deb13-amd64", "nvidia-kernel-dkms"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := SpecFor(testPlan(t, tc.gpu), "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.Manifest(&Repo{Path: "/opt/local-packages"}, ImageState{Kernels: []string{"k"}, DpkgStatus: []byte(testStatus), ModuleCert: []byte{1}}, date)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Created != "2023-11-14T22:13:20Z" || m.Generator != "g" || m.Target.Codename != "trixie" || !slices.Equal(m.Kernels, []string{"k"}) || m.Repo == nil {
+				t.Errorf("manifest: %+v", m)
+			}
+			if !slices.Equal(m.Held, tc.held) {
+				t.Errorf("held %q, want %q", m.Held, tc.held)
+			}
+			if !tc.gpu {
+				if m.GPU != nil {
+					t.Errorf("GPU off, yet %+v", m.GPU)
+				}
+				return
+			}
+			var names []string
+			for _, p := range m.GPU.Packages {
+				names = append(names, p.Name)
+			}
+			if !slices.Equal(names, tc.gpuPkgs) {
+				t.Errorf("GPU packages %q, want %q", names, tc.gpuPkgs)
+			}
+			g := m.GPU
+			if g.DriverVersion != "550.163.01-2" || g.Flavour != "proprietary" || !g.Toolkit || g.ToolkitVersion != gpustack.DefaultToolkitVersion || g.HookMode != "both" {
+				t.Errorf("GPU: %+v", g)
+			}
+			if g.ModuleSigning == nil || g.ModuleSigning.Mode != "ephemeral" || g.ModuleSigning.CertSHA256 != CertSHA256([]byte{1}) {
+				t.Errorf("module signing: %+v", g.ModuleSigning)
+			}
+			if s.Base.GPU.ModuleSigning.CertSHA256 != "" || s.Base.GPU.Packages != nil {
+				t.Error("Manifest changed the spec's base")
+			}
+		})
+	}
+}
+
+func TestSpecForNeedsRepo(t *testing.T) {
+	p := testPlan(t, true)
+	p.Repo = nil
+	if _, err := SpecFor(p, "g"); err == nil {
+		t.Error("a plan without a repository: want an error")
+	}
+}
+
+// TestInTree bakes a one-package repository into an image tree, as the
+// mkosi build does, and checks what lands in the tree and beside it.
+func TestInTree(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("no dpkg-deb to build a test package")
+	}
+	root, work, arts := t.TempDir(), t.TempDir(), t.TempDir()
+	s, err := SpecFor(testPlan(t, true), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Repo.SourcesFile = true
+	repo := filepath.Join(root, "opt/local-packages")
+	pkg := filepath.Join(work, "pkg")
+	for _, d := range []string{filepath.Join(pkg, "DEBIAN"), repo, filepath.Join(root, "var/lib/dpkg"), filepath.Join(root, "usr/share/podvm-gpu")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	control := "Package: podvm-test\nVersion: 1.0\nArchitecture: amd64\nMaintainer: t <t@podvm.invalid>\nDescription: test\n"
+	if err := os.WriteFile(filepath.Join(pkg, "DEBIAN/control"), []byte(control), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "-b", pkg, filepath.Join(repo, "podvm-test_1.0_amd64.deb")).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), []byte(testStatus), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/share/podvm-gpu/module-signing.der"), testCert(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := s.InTree(context.Background(), Tree{Root: root, Kernels: []string{"6.12.57+deb13-amd64"}, Date: time.Unix(1700000000, 0), ArtifactsDir: arts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Packages) != 1 || idx.Fingerprint == "" {
+		t.Errorf("index: %+v", idx)
+	}
+	for _, f := range []string{"opt/local-packages/InRelease", "opt/local-packages/Packages", "opt/local-packages/manifest.json",
+		"usr/share/keyrings/podvm-local-packages.gpg", "etc/apt/sources.list.d/local-packages.sources"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("in the image: %v", err)
+		}
+	}
+	for _, f := range []string{ManifestFile, KeyFile, SourcesFile, ConfigMapFile, ModuleCertDERFile, ModuleCertPEMFile} {
+		if _, err := os.Stat(filepath.Join(arts, f)); err != nil {
+			t.Errorf("beside the image: %v", err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(repo, ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Repo == nil || len(m.Repo.Packages) != 1 || m.Repo.Packages[0].Name != "podvm-test" || m.Repo.Fingerprint != idx.Fingerprint {
+		t.Errorf("repo: %+v", m.Repo)
+	}
+	if m.GPU.DriverVersion != "550.163.01-2" || m.GPU.ModuleSigning.CertSHA256 == "" {
+		t.Errorf("gpu: %+v", m.GPU)
+	}
+	filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error {
+		if strings.Contains(filepath.Base(p), ".podvm-tmp") || strings.HasPrefix(filepath.Base(p), ".manifest.json.") {
+			t.Errorf("temporary file left in the image: %s", p)
+		}
+		return nil
+	})
+}
+
+// testCert is a fixed test certificate (public only).
+func testCert(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/module-signing.der")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,245 @@
+package mkosi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
+)
+
+// RunCommand is the mkosi subcommand: it renders a tree from the settings
+// (flags, then the environment) and the target's flags. Two hidden
+// subcommands are the build's own: bake-repo and check-keys.
+func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// bake-repo is the host-side step the generated post-installation
+	// script calls; it is not meant for people, so usage does not list it.
+	if len(args) > 0 && args[0] == "bake-repo" {
+		return runBakeRepo(ctx, args[1:], stdout, stderr)
+	}
+	// check-keys is the finalize script's secret-key check, equally hidden.
+	if len(args) > 0 && args[0] == "check-keys" {
+		return runCheckKeys(args[1:], stdout, stderr)
+	}
+
+	fs := pflag.NewFlagSet("mkosi", pflag.ContinueOnError)
+	out := fs.String("output", "", "directory to write the tree into (required)")
+	force := fs.Bool("force", false, "regenerate into a non-empty --output, removing the previous generation's files")
+	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
+	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|jammy|noble")
+	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
+	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+hostapt.Dir+")")
+	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+hostapt.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
+	bin := fs.String("podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
+	collect := gpustack.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+		return code
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "mkosi: --output DIR is required and takes no arguments")
+		fs.Usage()
+		return 2
+	}
+	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
+	if err != nil {
+		fmt.Fprintln(stderr, "mkosi:", err)
+		return 2
+	}
+	t, err := gpustack.LookupRelease(*distro, *release, *arch)
+	if err != nil {
+		fmt.Fprintln(stderr, "mkosi:", err)
+		return 2
+	}
+	t.KernelsAtBuildTime = true
+	// Local things first: nothing below may hide them behind a network
+	// error (fetching a repository key).
+	if err := CheckOutput(*out, *force); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if *bin != "" && !filepath.IsAbs(*bin) {
+		fmt.Fprintf(stderr, "mkosi: --podvm-bin %q is relative; mkosi runs it from its own working directory, so give an absolute path\n", *bin)
+		return 2
+	}
+	if errs := bake.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, "mkosi:", e)
+		}
+		return 2
+	}
+	archive, security, err := mkosiMirrors(hostapt.Dir, t, mirrorFlag{*mirror, fs.Changed("mirror")}, mirrorFlag{*securityMirror, fs.Changed("security-mirror")}, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "mkosi:", err)
+		return 2
+	}
+	plan, err := gpustack.NewPlan(res.Options, t)
+	if err != nil {
+		fmt.Fprintln(stderr, "mkosi:", err)
+		return 1
+	}
+	if *bin == "" {
+		*bin = os.Getenv("PODVM_BIN")
+	}
+	if *bin == "" {
+		if *bin, err = os.Executable(); err != nil {
+			fmt.Fprintln(stderr, "mkosi: locate this binary (pass --podvm-bin):", err)
+			return 1
+		}
+	}
+	files, err := Render(ctx, Config{Plan: plan, Mirror: archive, SecurityMirror: security, Bin: *bin})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := Write(*out, files, *force); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "mkosi: wrote %d files for %s into %s\n", len(files), t, *out)
+	if res.Options.EnableGPU {
+		fmt.Fprintf(stdout, "build with: mkosi -C %s build   (profile %s selected; --profile= builds without the GPU stack)\n", *out, Profile)
+	}
+	return 0
+}
+
+// mirrorFlag is a mirror flag's value and whether it was given.
+type mirrorFlag struct {
+	url string
+	set bool
+}
+
+// mkosiMirrors settles the archive and security mirrors of the tree: the
+// flags when given, else the build host's archives for the target's
+// distribution from the apt configuration under aptDir. No archive is an
+// error that says what to pass; no security archive leaves the security
+// suite out, which it reports on stderr. Where each came from goes to out.
+func mkosiMirrors(aptDir string, t gpustack.Target, mirror, security mirrorFlag, out, stderr io.Writer) (archive, sec string, err error) {
+	name := strings.ToUpper(t.Distro[:1]) + t.Distro[1:]
+	var sources []hostapt.Source
+	if !mirror.set || !security.set {
+		sources = hostapt.Read(aptDir)
+	}
+	for _, f := range []struct {
+		flag string
+		v    mirrorFlag
+	}{{"--mirror", mirror}, {"--security-mirror", security}} {
+		if f.v.url != "" && (!hostapt.UsableURI(f.v.url) || strings.ContainsAny(f.v.url, " \t\n")) {
+			return "", "", fmt.Errorf("%s %q is not a mirror URL; give an http://, https:// or file:// URL of your %s mirror", f.flag, f.v.url, name)
+		}
+	}
+
+	archive, origin := strings.TrimSuffix(mirror.url, "/"), "--mirror"
+	if !mirror.set {
+		archive, origin = hostapt.ArchiveMirror(sources, t.Distro, t.Codename)
+		if archive == "" {
+			return "", "", fmt.Errorf("--mirror: no %s archive in the host's apt sources (%s) to build %s from; pass --mirror URL, the URL of your %s mirror (the directory that holds dists/%s), and --security-mirror URL for its %s-security suite",
+				name, aptDir, t, name, t.Codename, t.Codename)
+		}
+		if host := runtime.GOARCH; host != t.Arch {
+			fmt.Fprintf(stderr, "mkosi: note: the host's %s archive (%s) is the one its apt uses for %s; if it does not carry %s (Ubuntu, for one, serves other architectures from a separate ports archive), pass --mirror and --security-mirror\n",
+				name, archive, host, t.Arch)
+		}
+	} else if archive == "" {
+		return "", "", fmt.Errorf("--mirror: empty; pass the URL of your %s mirror (the directory that holds dists/%s) to build %s", name, t.Codename, t)
+	}
+	fmt.Fprintf(out, "mkosi: archive %s (from %s)\n", archive, origin)
+
+	sec, origin = strings.TrimSuffix(security.url, "/"), "--security-mirror"
+	if !security.set {
+		sec, origin = hostapt.SecurityMirror(sources, t.Distro, t.Codename)
+	}
+	if sec == "" {
+		why := "--security-mirror is empty"
+		if !security.set {
+			why = fmt.Sprintf("no %s security archive (a %s-security suite or another release's) in the host's apt sources (%s)", name, t.Codename, aptDir)
+		}
+		fmt.Fprintf(stderr, "mkosi: warning: %s: the build has no %s-security suite and gets no security updates; pass --security-mirror URL to add it\n", why, t.Codename)
+	} else {
+		fmt.Fprintf(out, "mkosi: security archive %s (from %s)\n", sec, origin)
+	}
+	return archive, sec, nil
+}
+
+func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("mkosi bake-repo", pflag.ContinueOnError)
+	var b Bake
+	fs.StringVar(&b.Root, "root", "", "the image root ($BUILDROOT)")
+	fs.StringVar(&b.Spec, "spec", "", "the tree's podvm-bake.json")
+	fs.StringVar(&b.SrcDir, "srcdir", ".", "the tree as mkosi mounts it ($SRCDIR)")
+	fs.StringVar(&b.ArtifactsDir, "artifacts", "", "directory for the host artifacts")
+	kernels := fs.String("kernels", "", "the targeted image kernels, space separated")
+	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+		return code
+	}
+	if b.Root == "" || b.Spec == "" || strings.TrimSpace(*kernels) == "" {
+		fmt.Fprintln(stderr, "mkosi bake-repo: --root, --spec and --kernels are required")
+		return 2
+	}
+	b.Kernels = strings.Fields(*kernels)
+	res, err := b.Run(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "  repo: %d packages, key %s\n", len(res.Packages), res.Fingerprint)
+	return 0
+}
+
+// runCheckKeys fails when a key file below the given image directories
+// holds OpenPGP secret-key material.
+func runCheckKeys(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("mkosi check-keys", pflag.ContinueOnError)
+	root := fs.String("root", "", "the image root ($BUILDROOT)")
+	if code, ok := parseFlags(fs, args, true, stderr); !ok {
+		return code
+	}
+	if *root == "" || fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "mkosi check-keys: --root and at least one image directory are required")
+		return 2
+	}
+	found, err := CheckSecretKeys(*root, fs.Args())
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if len(found) > 0 {
+		fmt.Fprintf(stderr, "mkosi check-keys: private key material in the image:\n  %s\n", strings.Join(found, "\n  "))
+		return 1
+	}
+	fmt.Fprintf(stdout, "  no private key material (PEM, OpenSSH, OpenPGP, DER) in any file below %s\n", strings.Join(fs.Args(), " "))
+	return 0
+}
+
+// parseFlags parses a subcommand's flags. On a bad flag it says what was
+// wrong and where the flags are listed (pflag's ContinueOnError prints
+// nothing); arguments beyond the flags are refused unless allowArgs. It
+// returns ok=false with the exit code when the command must stop.
+func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0, false
+		}
+		fmt.Fprintf(stderr, "%s: %v\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), err, fs.Name())
+		return 2, false
+	}
+	if !allowArgs && fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), fs.Arg(0), fs.Name())
+		return 2, false
+	}
+	return 0, true
+}
