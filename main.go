@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/plugin"
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/builder/rootfs"
+	"github.com/podvm-gpu/packer-plugin-podvm/provisioner/gpu"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
 
@@ -46,9 +48,11 @@ func main() {
 	}
 }
 
+// pluginSet is every Packer component the plugin ships.
 func pluginSet() *plugin.Set {
 	pps := plugin.NewSet()
-	registerComponents(pps)
+	pps.RegisterBuilder("rootfs", new(rootfs.Builder))
+	pps.RegisterProvisioner("gpu", new(gpu.Provisioner))
 	pps.SetVersion(version.PluginVersion)
 	return pps
 }

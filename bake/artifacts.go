@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 )
 
 // File names in the output directory.
@@ -143,23 +143,7 @@ func NewRepo(path, keyring, fingerprint string, pkgs []aptrepo.Package) *Repo {
 // Flat repositories take "Suites: ./" and no Components line: apt rejects
 // a flat entry that has one.
 func Sources(repoPath, signedBy string) string {
-	var b strings.Builder
-	b.WriteString("Types: deb\n")
-	fmt.Fprintf(&b, "URIs: file://%s\n", repoPath)
-	b.WriteString("Suites: ./\n")
-	if strings.Contains(signedBy, "BEGIN PGP PUBLIC KEY BLOCK") {
-		b.WriteString("Signed-By:\n")
-		for _, line := range strings.Split(strings.TrimRight(signedBy, "\n"), "\n") {
-			line = strings.TrimRight(line, " \r")
-			if line == "" {
-				line = "." // deb822 spells an empty continuation line " ."
-			}
-			fmt.Fprintf(&b, " %s\n", line)
-		}
-	} else {
-		fmt.Fprintf(&b, "Signed-By: %s\n", signedBy)
-	}
-	return b.String()
+	return aptsource.Source{URIs: []string{"file://" + repoPath}, Suites: []string{"./"}, SignedBy: signedBy}.Deb822()
 }
 
 // ConfigMap is the GPU Operator driver.repoConfig ConfigMap. The operator

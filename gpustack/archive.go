@@ -25,7 +25,7 @@ func LookupRelease(distro, rel, arch string) (Target, error) {
 //
 // The package names no archive host: mirror is required (callers take it
 // from their configuration or the build host's apt sources, see package
-// hostapt). An empty securityMirror leaves the security suite out, so the
+// aptsource). An empty securityMirror leaves the security suite out, so the
 // sources then carry no security updates.
 func ArchiveSources(t Target, mirror, securityMirror string) ([]AptSource, error) {
 	r, ok := releases[t.Distro+"-"+t.Version]

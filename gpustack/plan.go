@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"strings"
 	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 )
 
 // Plan is the ordered, declarative list of steps that makes an image
@@ -140,25 +142,18 @@ type AptSource struct {
 // SourcesPath is where the source file goes in the image.
 func (a AptSource) SourcesPath() string { return "/etc/apt/sources.list.d/" + a.Name + ".sources" }
 
-// Deb822 renders the source entry.
-func (a AptSource) Deb822() string {
-	var b strings.Builder
-	b.WriteString("Types: deb\n")
-	fmt.Fprintf(&b, "URIs: %s\n", a.URI)
-	fmt.Fprintf(&b, "Suites: %s\n", strings.Join(a.Suites, " "))
-	if len(a.Components) > 0 {
-		fmt.Fprintf(&b, "Components: %s\n", strings.Join(a.Components, " "))
-	}
+// Source is the entry as aptsource has it. An entry without a keyring
+// trusts apt's global keyrings, as the image's own archive entries may.
+func (a AptSource) Source() aptsource.Source {
+	s := aptsource.Source{Types: []string{"deb"}, URIs: []string{a.URI}, Suites: a.Suites, Components: a.Components, SignedBy: a.Keyring}
 	if a.Arch != "" {
-		fmt.Fprintf(&b, "Architectures: %s\n", a.Arch)
+		s.Architectures = []string{a.Arch}
 	}
-	// An entry without a keyring trusts apt's global keyrings, as the
-	// image's own archive entries may.
-	if a.Keyring != "" {
-		fmt.Fprintf(&b, "Signed-By: %s\n", a.Keyring)
-	}
-	return b.String()
+	return s
 }
+
+// Deb822 renders the source entry.
+func (a AptSource) Deb822() string { return a.Source().Deb822() }
 
 // AptPin writes an apt preferences file.
 type AptPin struct {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
-	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // RunCommand is the mkosi subcommand: it renders a tree from the settings
@@ -38,8 +38,8 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
 	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|jammy|noble")
 	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
-	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+hostapt.Dir+")")
-	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+hostapt.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
+	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+aptsource.Dir+")")
+	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+aptsource.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
 	bin := fs.String("podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
 	collect := gpustack.BindFlags(fs)
 	fs.Usage = func() {
@@ -81,7 +81,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return 2
 	}
-	archive, security, err := mkosiMirrors(hostapt.Dir, t, mirrorFlag{*mirror, fs.Changed("mirror")}, mirrorFlag{*securityMirror, fs.Changed("security-mirror")}, stdout, stderr)
+	archive, security, err := mkosiMirrors(aptsource.Dir, t, aptsource.Setting{Value: *mirror, Set: fs.Changed("mirror")}, aptsource.Setting{Value: *securityMirror, Set: fs.Changed("security-mirror")}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 2
@@ -116,62 +116,52 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-// mirrorFlag is a mirror flag's value and whether it was given.
-type mirrorFlag struct {
-	url string
-	set bool
-}
-
-// mkosiMirrors settles the archive and security mirrors of the tree: the
-// flags when given, else the build host's archives for the target's
-// distribution from the apt configuration under aptDir. No archive is an
-// error that says what to pass; no security archive leaves the security
-// suite out, which it reports on stderr. Where each came from goes to out.
-func mkosiMirrors(aptDir string, t gpustack.Target, mirror, security mirrorFlag, out, stderr io.Writer) (archive, sec string, err error) {
+// mkosiMirrors settles the archive and security mirrors of the tree by
+// the mirror policy of every build (aptsource.Pick): the flags when given,
+// else the build host's archives for the target's distribution from the
+// apt configuration under aptDir. No archive is an error that says what to
+// pass; no security archive leaves the security suite out, which it
+// reports on stderr. Where each came from goes to out.
+func mkosiMirrors(aptDir string, t gpustack.Target, mirror, security aptsource.Setting, out, stderr io.Writer) (archive, sec string, err error) {
 	name := strings.ToUpper(t.Distro[:1]) + t.Distro[1:]
-	var sources []hostapt.Source
-	if !mirror.set || !security.set {
-		sources = hostapt.Read(aptDir)
+	mirror.Name, security.Name = "--mirror", "--security-mirror"
+	var sources []aptsource.Source
+	host := func() []aptsource.Source {
+		if sources == nil {
+			sources = aptsource.Read(aptDir)
+		}
+		return sources
 	}
-	for _, f := range []struct {
-		flag string
-		v    mirrorFlag
-	}{{"--mirror", mirror}, {"--security-mirror", security}} {
-		if f.v.url != "" && (!hostapt.UsableURI(f.v.url) || strings.ContainsAny(f.v.url, " \t\n")) {
-			return "", "", fmt.Errorf("%s %q is not a mirror URL; give an http://, https:// or file:// URL of your %s mirror", f.flag, f.v.url, name)
-		}
+	a, err := aptsource.Pick(aptDir, t.Distro, t.Codename, mirror, false, host)
+	if err != nil {
+		return "", "", fmt.Errorf("%w; give the URL of your %s mirror", err, name)
 	}
-
-	archive, origin := strings.TrimSuffix(mirror.url, "/"), "--mirror"
-	if !mirror.set {
-		archive, origin = hostapt.ArchiveMirror(sources, t.Distro, t.Codename)
-		if archive == "" {
-			return "", "", fmt.Errorf("--mirror: no %s archive in the host's apt sources (%s) to build %s from; pass --mirror URL, the URL of your %s mirror (the directory that holds dists/%s), and --security-mirror URL for its %s-security suite",
-				name, aptDir, t, name, t.Codename, t.Codename)
-		}
-		if host := runtime.GOARCH; host != t.Arch {
-			fmt.Fprintf(stderr, "mkosi: note: the host's %s archive (%s) is the one its apt uses for %s; if it does not carry %s (Ubuntu, for one, serves other architectures from a separate ports archive), pass --mirror and --security-mirror\n",
-				name, archive, host, t.Arch)
-		}
-	} else if archive == "" {
+	switch {
+	case a.URL == "" && mirror.Set:
 		return "", "", fmt.Errorf("--mirror: empty; pass the URL of your %s mirror (the directory that holds dists/%s) to build %s", name, t.Codename, t)
+	case a.URL == "":
+		return "", "", fmt.Errorf("--mirror: no %s archive in the host's apt sources (%s) to build %s from; pass --mirror URL, the URL of your %s mirror (the directory that holds dists/%s), and --security-mirror URL for its %s-security suite",
+			name, aptDir, t, name, t.Codename, t.Codename)
+	case !mirror.Set && runtime.GOARCH != t.Arch:
+		fmt.Fprintf(stderr, "mkosi: note: the host's %s archive (%s) is the one its apt uses for %s; if it does not carry %s (Ubuntu, for one, serves other architectures from a separate ports archive), pass --mirror and --security-mirror\n",
+			name, a.URL, runtime.GOARCH, t.Arch)
 	}
-	fmt.Fprintf(out, "mkosi: archive %s (from %s)\n", archive, origin)
+	fmt.Fprintf(out, "mkosi: archive %s (from %s)\n", a.URL, a.Origin)
 
-	sec, origin = strings.TrimSuffix(security.url, "/"), "--security-mirror"
-	if !security.set {
-		sec, origin = hostapt.SecurityMirror(sources, t.Distro, t.Codename)
+	s, err := aptsource.Pick(aptDir, t.Distro, t.Codename, security, true, host)
+	if err != nil {
+		return "", "", fmt.Errorf("%w; give the URL of your %s security mirror", err, name)
 	}
-	if sec == "" {
+	if s.URL == "" {
 		why := "--security-mirror is empty"
-		if !security.set {
+		if !security.Set {
 			why = fmt.Sprintf("no %s security archive (a %s-security suite or another release's) in the host's apt sources (%s)", name, t.Codename, aptDir)
 		}
 		fmt.Fprintf(stderr, "mkosi: warning: %s: the build has no %s-security suite and gets no security updates; pass --security-mirror URL to add it\n", why, t.Codename)
 	} else {
-		fmt.Fprintf(out, "mkosi: security archive %s (from %s)\n", sec, origin)
+		fmt.Fprintf(out, "mkosi: security archive %s (from %s)\n", s.URL, s.Origin)
 	}
-	return archive, sec, nil
+	return a.URL, s.URL, nil
 }
 
 func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -12,13 +12,14 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
-// TestMkosiMirrors reads made-up apt configurations from hostapt's test
+// TestMkosiMirrors reads made-up apt configurations from aptsource's test
 // data, never the host's /etc/apt.
 func TestMkosiMirrors(t *testing.T) {
-	const apt = "../hostapt/testdata/apt/"
+	const apt = "../aptsource/testdata/apt/"
 	target := func(distro, rel, arch string) gpustack.Target {
 		tg, err := gpustack.LookupRelease(distro, rel, arch)
 		if err != nil {
@@ -31,11 +32,11 @@ func TestMkosiMirrors(t *testing.T) {
 	if runtime.GOARCH == "arm64" {
 		other = "amd64"
 	}
-	none := mirrorFlag{}
+	none := aptsource.Setting{}
 	tests := []struct {
 		name, aptDir     string
 		t                gpustack.Target
-		mirror, security mirrorFlag
+		mirror, security aptsource.Setting
 		archive, sec     string
 		err              []string // substrings of the error, nil for none
 		stderr           []string // substrings of stderr; empty means none
@@ -43,20 +44,20 @@ func TestMkosiMirrors(t *testing.T) {
 		{name: "host archives", aptDir: apt + "deb822", t: debian, mirror: none, security: none,
 			archive: "http://deb822.example/debian", sec: "http://deb822.example/debian-security"},
 		{name: "flags win", aptDir: apt + "deb822", t: debian,
-			mirror: mirrorFlag{"http://mirror.example/debian/", true}, security: mirrorFlag{"http://mirror.example/debian-security", true},
+			mirror: aptsource.Setting{Value: "http://mirror.example/debian/", Set: true}, security: aptsource.Setting{Value: "http://mirror.example/debian-security", Set: true},
 			archive: "http://mirror.example/debian", sec: "http://mirror.example/debian-security"},
 		{name: "no host security archive", aptDir: apt + "twosuites", t: debian, mirror: none, security: none,
 			archive: "http://trixie.example/debian", stderr: []string{"no Debian security archive", "no trixie-security suite", "--security-mirror"}},
-		{name: "security turned off", aptDir: apt + "deb822", t: debian, mirror: none, security: mirrorFlag{"", true},
+		{name: "security turned off", aptDir: apt + "deb822", t: debian, mirror: none, security: aptsource.Setting{Value: "", Set: true},
 			archive: "http://deb822.example/debian", stderr: []string{"--security-mirror is empty", "no trixie-security suite"}},
 		{name: "no host archive for the distro", aptDir: apt + "deb822", t: target("ubuntu", "24.04", runtime.GOARCH), mirror: none, security: none,
 			err: []string{"--mirror", "no Ubuntu archive", "ubuntu 24.04 (noble", "pass --mirror URL", "dists/noble", "--security-mirror"}},
 		{name: "no apt configuration", aptDir: apt + "missing-directory", t: debian, mirror: none, security: none,
 			err: []string{"--mirror", "no Debian archive", "missing-directory"}},
-		{name: "empty mirror", aptDir: apt + "deb822", t: debian, mirror: mirrorFlag{"", true}, security: none,
+		{name: "empty mirror", aptDir: apt + "deb822", t: debian, mirror: aptsource.Setting{Value: "", Set: true}, security: none,
 			err: []string{"--mirror: empty", "Debian mirror"}},
-		{name: "not a mirror URL", aptDir: apt + "deb822", t: debian, mirror: mirrorFlag{"cdrom:/x", true}, security: none,
-			err: []string{`--mirror "cdrom:/x" is not a mirror URL`}},
+		{name: "not a mirror URL", aptDir: apt + "deb822", t: debian, mirror: aptsource.Setting{Value: "cdrom:/x", Set: true}, security: none,
+			err: []string{`--mirror: "cdrom:/x" is not a URL`}},
 		{name: "other architecture", aptDir: apt + "deb822", t: target("debian", "13", other), mirror: none, security: none,
 			archive: "http://deb822.example/debian", sec: "http://deb822.example/debian-security"},
 	}

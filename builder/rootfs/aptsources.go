@@ -8,15 +8,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
-	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // Where the image's apt sources go, as the chroot sees them.
@@ -31,20 +29,16 @@ const (
 )
 
 // renderSources writes sources in deb822 form (sources.list(5)).
-func renderSources(sources []gpustack.AptSource) string {
-	stanzas := []string{"# Written by the podvm-rootfs builder (apt_sources).\n"}
-	for _, s := range sources {
-		stanzas = append(stanzas, s.Deb822())
-	}
-	return strings.Join(stanzas, "\n")
+func renderSources(sources []aptsource.Source) string {
+	return aptsource.Render("Written by the podvm-rootfs builder (apt_sources).", sources)
 }
 
 // imageSources lists the image's apt sources: the archive from mirror with
 // its updates, then the security suite from security, if there is one.
-func imageSources(suite, mirror, security string, components []string, signedBy string) []gpustack.AptSource {
-	srcs := []gpustack.AptSource{{URI: strings.TrimSuffix(mirror, "/"), Suites: hostapt.UpdatesSuites(suite), Components: components, Keyring: signedBy}}
-	if sec := hostapt.SecuritySuite(suite); sec != "" && security != "" {
-		srcs = append(srcs, gpustack.AptSource{URI: strings.TrimSuffix(security, "/"), Suites: []string{sec}, Components: components, Keyring: debianKeyring})
+func imageSources(suite, mirror, security string, components []string, signedBy string) []aptsource.Source {
+	srcs := []aptsource.Source{{Types: []string{"deb"}, URIs: []string{strings.TrimSuffix(mirror, "/")}, Suites: aptsource.UpdatesSuites(suite), Components: components, SignedBy: signedBy}}
+	if sec := aptsource.SecuritySuite(suite); sec != "" && security != "" {
+		srcs = append(srcs, aptsource.Source{Types: []string{"deb"}, URIs: []string{strings.TrimSuffix(security, "/")}, Suites: []string{sec}, Components: components, SignedBy: debianKeyring})
 	}
 	return srcs
 }
@@ -52,21 +46,7 @@ func imageSources(suite, mirror, security string, components []string, signedBy 
 // treeMirror returns the archive debootstrap wrote into the tree's
 // sources.list: the mirror it used when none was given.
 func treeMirror(aptDir, suite string) string {
-	sources := hostapt.Read(aptDir)
-	if m, _ := hostapt.ArchiveMirror(sources, "debian", suite); m != "" {
-		return m
-	}
-	for _, s := range sources {
-		if !s.Enabled || !slices.Contains(s.Types, "deb") {
-			continue
-		}
-		for _, u := range s.URIs {
-			if hostapt.UsableURI(u) {
-				return strings.TrimSuffix(u, "/")
-			}
-		}
-	}
-	return ""
+	return aptsource.DistroMirror(aptsource.Read(aptDir), "debian", suite)
 }
 
 // stepAptSources gives a debootstrapped tree the release's update and
@@ -127,7 +107,7 @@ func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
 	switch {
 	case len(srcs) > 1:
 		ui.Say(fmt.Sprintf("Security updates: %s from %s (from %s)", srcs[1].Suites[0], cfg.SecurityMirror, cfg.securityOrigin))
-	case hostapt.SecuritySuite(cfg.Suite) == "":
+	case aptsource.SecuritySuite(cfg.Suite) == "":
 		ui.Say(fmt.Sprintf("No security suite: %s has none", cfg.Suite))
 	default:
 		for _, w := range cfg.warnings() {

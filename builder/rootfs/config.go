@@ -5,7 +5,6 @@ package rootfs
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +19,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 )
 
 // Source types.
@@ -153,7 +152,7 @@ func realHost() host {
 		lookPath: exec.LookPath,
 		getwd:    os.Getwd,
 		getenv:   os.Getenv,
-		aptDir:   hostapt.Dir,
+		aptDir:   aptsource.Dir,
 	}
 }
 
@@ -191,7 +190,6 @@ var (
 	variants        = []string{"minbase", "buildd"}
 	inputTarballs   = []string{".tar", ".tar.gz", ".tgz", ".tar.zst"}
 	outputTarballs  = []string{".tar.zst", ".tar.gz"}
-	mirrorSchemes   = []string{"http", "https", "file"}
 	debootstrapOnly = []string{"suite", "mirror", "variant", "components", "include", "keyring", "security_mirror", "apt_sources"}
 )
 
@@ -281,16 +279,13 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 	}
 
 	// The host's apt sources, read at most once per Prepare.
-	hostSources := sync.OnceValue(func() []hostapt.Source { return hostapt.Read(h.aptDir) })
-	if c.Mirror == "" {
-		c.Mirror, c.mirrorOrigin = hostapt.ArchiveMirror(hostSources(), "debian", c.Suite)
+	hostSources := sync.OnceValue(func() []aptsource.Source { return aptsource.Read(h.aptDir) })
+	if m, err := aptsource.Pick(h.aptDir, "debian", c.Suite, aptsource.Setting{Name: "mirror", Value: c.Mirror, Set: c.Mirror != ""}, false, hostSources); err != nil {
+		add("%v", err)
+	} else {
+		c.Mirror, c.mirrorOrigin = m.URL, m.Origin
 		if c.Mirror == "" {
 			c.mirrorOrigin = "debootstrap's default (no Debian archive found in " + h.aptDir + ")"
-		}
-	} else {
-		c.mirrorOrigin = "the mirror setting"
-		if err := checkMirror(c.Mirror); err != nil {
-			add("mirror: %q %v", c.Mirror, err)
 		}
 	}
 
@@ -335,24 +330,27 @@ func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
 
 // prepareSecurity validates security_mirror, or finds the host's security
 // archive, for the security stanza of the image's apt sources.
-func (c *Config) prepareSecurity(aptDir string, hostSources func() []hostapt.Source, add func(string, ...any)) {
+func (c *Config) prepareSecurity(aptDir string, hostSources func() []aptsource.Source, add func(string, ...any)) {
 	if c.SecurityMirror != "" {
-		c.securityOrigin = "the security_mirror setting"
-		if err := checkMirror(c.SecurityMirror); err != nil {
-			add("security_mirror: %q %v", c.SecurityMirror, err)
+		m, err := aptsource.Pick(aptDir, "debian", c.Suite, aptsource.Setting{Name: "security_mirror", Value: c.SecurityMirror, Set: true}, true, hostSources)
+		if err != nil {
+			add("%v", err)
+		} else {
+			c.SecurityMirror, c.securityOrigin = m.URL, m.Origin
 		}
 		switch {
 		case !c.AptSources.True():
 			add("security_mirror: only used with apt_sources = true; the tree keeps debootstrap's sources.list")
-		case c.Suite != "" && hostapt.SecuritySuite(c.Suite) == "":
+		case c.Suite != "" && aptsource.SecuritySuite(c.Suite) == "":
 			add("security_mirror: suite %q has no security suite; remove security_mirror", c.Suite)
 		}
 		return
 	}
-	if !c.AptSources.True() || hostapt.SecuritySuite(c.Suite) == "" {
+	if !c.AptSources.True() || aptsource.SecuritySuite(c.Suite) == "" {
 		return
 	}
-	c.SecurityMirror, c.securityOrigin = hostapt.SecurityMirror(hostSources(), "debian", c.Suite)
+	m, _ := aptsource.Pick(aptDir, "debian", c.Suite, aptsource.Setting{Name: "security_mirror"}, true, hostSources)
+	c.SecurityMirror, c.securityOrigin = m.URL, m.Origin
 	if c.SecurityMirror == "" {
 		c.securityOrigin = "no Debian security archive was found in the host's apt sources (" + aptDir + ")"
 	}
@@ -361,8 +359,8 @@ func (c *Config) prepareSecurity(aptDir string, hostSources func() []hostapt.Sou
 // warnings are settings that work but that a user should know about;
 // Prepare returns them and the build log repeats them.
 func (c *Config) warnings() []string {
-	if c.SourceType == sourceDebootstrap && c.AptSources.True() && c.SecurityMirror == "" && hostapt.SecuritySuite(c.Suite) != "" {
-		return []string{fmt.Sprintf("the image gets no security updates: %s, and security_mirror is not set, so its apt sources have no %s suite", c.securityOrigin, hostapt.SecuritySuite(c.Suite))}
+	if c.SourceType == sourceDebootstrap && c.AptSources.True() && c.SecurityMirror == "" && aptsource.SecuritySuite(c.Suite) != "" {
+		return []string{fmt.Sprintf("the image gets no security updates: %s, and security_mirror is not set, so its apt sources have no %s suite", c.securityOrigin, aptsource.SecuritySuite(c.Suite))}
 	}
 	return nil
 }
@@ -588,26 +586,6 @@ func checkNames(key string, names []string, re *regexp.Regexp, what string, add 
 		}
 		seen[n] = true
 	}
-}
-
-func checkMirror(m string) error {
-	u, err := url.Parse(m)
-	if err != nil {
-		return fmt.Errorf("is not a URL: %v", errors.Unwrap(err))
-	}
-	if !slices.Contains(mirrorSchemes, u.Scheme) {
-		return fmt.Errorf("is not a URL debootstrap can fetch from; use a URL with scheme %s", quoteList(mirrorSchemes))
-	}
-	if u.Scheme != "file" && u.Host == "" {
-		return fmt.Errorf("has no host; use a URL such as http://HOST/debian")
-	}
-	if u.Scheme == "file" && u.Path == "" {
-		return fmt.Errorf("has no path; use a URL such as file:///srv/mirror/debian")
-	}
-	if strings.ContainsAny(m, " \t\n") {
-		return fmt.Errorf("contains white space")
-	}
-	return nil
 }
 
 // within reports whether path is dir or lies below it. Both are absolute

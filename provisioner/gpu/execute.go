@@ -11,6 +11,7 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
@@ -247,12 +248,12 @@ func (e *executor) aptComponents(ctx context.Context, a gpustack.AptComponents) 
 	if err != nil {
 		return fmt.Errorf("reading the image's apt sources: %w", err)
 	}
-	archive := archiveEntries(entries, a.Keyring, e.plan.Target.Codename)
+	archive := aptsource.ArchiveOf(entries, a.Keyring, e.plan.Target.Codename)
 	if len(archive) == 0 {
 		return fmt.Errorf("no apt source of the image's own archive found (signed by %s, or unsigned with suites %s*) in /etc/apt/sources.list or /etc/apt/sources.list.d",
 			a.Keyring, e.plan.Target.Codename)
 	}
-	text := componentsDeb822(archive, a.Components)
+	text := componentsFile(archive, a.Components)
 	if text == "" {
 		e.ui.Say(fmt.Sprintf("components %s already enabled", strings.Join(a.Components, " ")))
 		_, err := e.r.run(ctx, "rm -f "+componentsSources)

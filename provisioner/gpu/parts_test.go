@@ -20,6 +20,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
@@ -44,9 +45,10 @@ func TestSourcesParsingAndComponents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive := archiveEntries(entries, "/usr/share/keyrings/debian-archive-keyring.gpg", "trixie")
-	got := componentsDeb822(archive, []string{"contrib", "non-free", "non-free-firmware"})
+	archive := aptsource.ArchiveOf(entries, "/usr/share/keyrings/debian-archive-keyring.gpg", "trixie")
+	got := componentsFile(archive, []string{"contrib", "non-free", "non-free-firmware"})
 	want := `# Written by podvm-gpu: components of the image's archive the GPU stack needs.
+
 Types: deb
 URIs: http://mirror.example/debian
 Suites: trixie-updates
@@ -66,31 +68,28 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 	// Without entries signed by the archive keyring (debootstrap), unsigned
 	// entries of the codename with "main" are the archive; Docker's
 	// "stable" and other suites are not.
-	var unsigned []sourceEntry
+	var unsigned []aptsource.Source
 	for _, e := range entries {
 		if e.SignedBy == "" {
 			unsigned = append(unsigned, e)
 		}
 	}
-	archive = archiveEntries(unsigned, "/usr/share/keyrings/debian-archive-keyring.gpg", "trixie")
-	if len(archive) != 1 || archive[0].URI != "http://mirror.example/debian" || archive[0].Suites[0] != "trixie" {
+	archive = aptsource.ArchiveOf(unsigned, "/usr/share/keyrings/debian-archive-keyring.gpg", "trixie")
+	if len(archive) != 1 || archive[0].URIs[0] != "http://mirror.example/debian" || archive[0].Suites[0] != "trixie" {
 		t.Errorf("unsigned archive entries %+v", archive)
 	}
 }
 
 func TestComponentsAlreadyEnabled(t *testing.T) {
-	archive := []sourceEntry{{URI: "http://ubuntu.mirror.example/ubuntu", Suites: []string{"noble"}, Components: []string{"main", "restricted"}}}
-	if got := componentsDeb822(archive, []string{"restricted"}); got != "" {
+	archive := []aptsource.Source{{URIs: []string{"http://ubuntu.mirror.example/ubuntu"}, Suites: []string{"noble"}, Components: []string{"main", "restricted"}}}
+	if got := componentsFile(archive, []string{"restricted"}); got != "" {
 		t.Errorf("got %q, want nothing", got)
 	}
 }
 
-func TestDeb822Errors(t *testing.T) {
-	if _, err := parseDeb822Sources("x.sources", " continuation first\n"); err == nil {
+func TestSourceFilesErrors(t *testing.T) {
+	if _, err := parseSourceFiles(sourceMarker + "/etc/apt/sources.list.d/x.sources\n continuation first\n"); err == nil {
 		t.Error("continuation without a field accepted")
-	}
-	if _, err := parseDeb822Sources("x.sources", "not a field\n"); err == nil {
-		t.Error("garbage accepted")
 	}
 }
 

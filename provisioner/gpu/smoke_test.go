@@ -12,9 +12,9 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
-	"github.com/podvm-gpu/packer-plugin-podvm/hostapt"
 )
 
 // TestSmokeChroot runs the provisioner for real, through the project's
@@ -48,7 +48,7 @@ func TestSmokeChroot(t *testing.T) {
 		sh("mkdir -p " + root + " && tar --zstd -xpf " + tarball + " -C " + root)
 	} else {
 		chroottest.RequireTools(t, "debootstrap")
-		mirror, _ := hostapt.ArchiveMirror(hostapt.Read(hostapt.Dir), "debian", "trixie")
+		mirror, _ := aptsource.ArchiveMirror(aptsource.Read(aptsource.Dir), "debian", "trixie")
 		t.Logf("no cached base tree: debootstrap trixie from %s", orDefaultMirror(mirror))
 		start := time.Now()
 		sh("debootstrap --variant=minbase trixie " + root + " " + mirror + " >/dev/null")

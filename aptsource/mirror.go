@@ -1,11 +1,8 @@
-// Package hostapt reads the build host's apt configuration (normally
-// /etc/apt) and finds the distro archives in it, so that tools which need
-// a mirror take the one the host already uses instead of naming one.
-package hostapt
+package aptsource
 
 import (
-	"bufio"
-	"io"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,16 +13,6 @@ import (
 
 // Dir is where apt keeps its configuration on the build host.
 const Dir = "/etc/apt"
-
-// Source is one apt source: a deb822 stanza, or one line of a .list file.
-type Source struct {
-	Types      []string
-	URIs       []string
-	Suites     []string
-	Components []string
-	Enabled    bool
-	Origin     string // file it came from
-}
 
 // distroSuites are the names each distro's archive serves releases under.
 // They tell a distro's archive apart from other apt sources on the host
@@ -93,9 +80,8 @@ func securityRelease(suite string) (string, bool) {
 // missing or unreadable file is skipped.
 func Read(aptDir string) []Source {
 	var sources []Source
-	if f, err := os.Open(filepath.Join(aptDir, "sources.list")); err == nil {
-		sources = append(sources, parseOneLine(f, f.Name())...)
-		f.Close()
+	if data, err := os.ReadFile(filepath.Join(aptDir, "sources.list")); err == nil {
+		sources = append(sources, ParseOneLine(filepath.Join(aptDir, "sources.list"), string(data))...)
 	}
 	// apt reads sources.list.d in name order; ignored names (.disabled,
 	// .save, editor backups) are skipped, as apt does.
@@ -107,21 +93,16 @@ func Read(aptDir string) []Source {
 	sort.Strings(names)
 	for _, name := range names {
 		p := filepath.Join(aptDir, "sources.list.d", name)
-		var parse func(io.Reader, string) []Source
-		switch {
-		case strings.HasSuffix(name, ".list"):
-			parse = parseOneLine
-		case strings.HasSuffix(name, ".sources"):
-			parse = parseDeb822
-		default:
+		if !strings.HasSuffix(name, ".list") && !strings.HasSuffix(name, ".sources") {
 			continue
 		}
-		f, err := os.Open(p)
+		data, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		sources = append(sources, parse(f, p)...)
-		f.Close()
+		// What parses is used; a broken stanza is apt's to report.
+		srcs, _ := ParseFile(p, string(data))
+		sources = append(sources, srcs...)
 	}
 	return sources
 }
@@ -155,7 +136,7 @@ func SecurityMirror(sources []Source, distro, suite string) (uri, origin string)
 func pick(sources []Source, want string, isDistro func(string) bool) (uri, origin string) {
 	for _, wantSuite := range []bool{true, false} {
 		for _, s := range sources {
-			if !s.Enabled || !slices.Contains(s.Types, "deb") || !slices.Contains(s.Components, "main") {
+			if s.Disabled || !slices.Contains(s.Types, "deb") || !slices.Contains(s.Components, "main") {
 				continue
 			}
 			if !slices.ContainsFunc(s.Suites, isDistro) || (wantSuite && !slices.Contains(s.Suites, want)) {
@@ -189,93 +170,81 @@ func UsableURI(u string) bool {
 	return false
 }
 
-// parseOneLine reads the one-line format of sources.list(5):
-//
-//	deb [ option=value ... ] uri suite [component ...]
-func parseOneLine(r io.Reader, origin string) []Source {
-	var out []Source
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		fields := strings.Fields(line)
-		if len(fields) < 3 {
+// DistroMirror is distro's archive among sources as ArchiveMirror finds
+// it, else the first usable URI of an enabled deb source: what debootstrap
+// wrote into a tree's sources.list when it was given no mirror.
+func DistroMirror(sources []Source, distro, suite string) string {
+	if m, _ := ArchiveMirror(sources, distro, suite); m != "" {
+		return m
+	}
+	for _, s := range sources {
+		if s.Disabled || !slices.Contains(s.Types, "deb") {
 			continue
 		}
-		typ, rest := fields[0], fields[1:]
-		if strings.HasPrefix(rest[0], "[") {
-			// Options run to the field that closes the bracket; "[arch=amd64]"
-			// and "[ arch=amd64 ]" are both written.
-			for len(rest) > 0 {
-				f := rest[0]
-				rest = rest[1:]
-				if strings.HasSuffix(f, "]") {
-					break
-				}
+		for _, u := range s.URIs {
+			if UsableURI(u) {
+				return strings.TrimSuffix(u, "/")
 			}
 		}
-		if len(rest) < 2 {
-			continue
-		}
-		out = append(out, Source{
-			Types:      []string{typ},
-			URIs:       []string{rest[0]},
-			Suites:     []string{rest[1]},
-			Components: rest[2:],
-			Enabled:    true,
-			Origin:     origin,
-		})
 	}
-	return out
+	return ""
 }
 
-// parseDeb822 reads the deb822 format of sources.list(5): stanzas of
-// "Field: value" lines separated by blank lines, "#" comment lines, and
-// continuation lines (an inline Signed-By key) that start with white space.
-func parseDeb822(r io.Reader, origin string) []Source {
-	var out []Source
-	fields := map[string]string{}
-	var last string
-	flush := func() {
-		if len(fields) == 0 {
-			return
-		}
-		s := Source{
-			Types:      strings.Fields(fields["types"]),
-			URIs:       strings.Fields(fields["uris"]),
-			Suites:     strings.Fields(fields["suites"]),
-			Components: strings.Fields(fields["components"]),
-			Enabled:    !strings.EqualFold(strings.TrimSpace(fields["enabled"]), "no"),
-			Origin:     origin,
-		}
-		out = append(out, s)
-		fields = map[string]string{}
-		last = ""
+// CheckMirror says why m is not a mirror URL that debootstrap and a plain
+// apt fetch from (http or https with a host, file with a path, no white
+// space), or nil.
+func CheckMirror(m string) error {
+	u, err := url.Parse(m)
+	if err != nil {
+		return fmt.Errorf("is not a URL: %v", errors.Unwrap(err))
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "#"):
-			continue
-		case strings.TrimSpace(line) == "":
-			flush()
-		case line[0] == ' ' || line[0] == '\t':
-			if last != "" {
-				fields[last] += " " + strings.TrimSpace(line)
-			}
-		default:
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			last = strings.ToLower(strings.TrimSpace(k))
-			fields[last] = strings.TrimSpace(v)
-		}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file":
+		return errors.New(`is not a URL debootstrap can fetch from; use a URL with scheme "http", "https" or "file"`)
+	case u.Scheme != "file" && u.Host == "":
+		return errors.New("has no host; use a URL such as http://HOST/debian")
+	case u.Scheme == "file" && u.Path == "":
+		return errors.New("has no path; use a URL such as file:///srv/mirror/debian")
+	case strings.ContainsAny(m, " \t\n"):
+		return errors.New("contains white space")
 	}
-	flush()
-	return out
+	return nil
+}
+
+// Setting is a mirror setting as a user gave it (or not), named as the
+// user knows it ("mirror", "--security-mirror").
+type Setting struct {
+	Name, Value string
+	Set         bool
+}
+
+// Mirror is the mirror a build takes and where it came from; URL is ""
+// when there is none.
+type Mirror struct{ URL, Origin string }
+
+// Pick is the mirror policy of every build: a setting the user gave wins,
+// checked, without a trailing slash; else the build host's apt sources
+// under aptDir name it: distro's archive for suite or, with security, its
+// security archive. Where neither has one, the caller decides what that
+// means (debootstrap's default, an error, no security suite).
+func Pick(aptDir, distro, suite string, s Setting, security bool, host func() []Source) (Mirror, error) {
+	if s.Set {
+		if s.Value == "" {
+			return Mirror{Origin: s.Name + " (empty)"}, nil
+		}
+		if err := CheckMirror(s.Value); err != nil {
+			return Mirror{}, fmt.Errorf("%s: %q %w", s.Name, s.Value, err)
+		}
+		return Mirror{URL: strings.TrimSuffix(s.Value, "/"), Origin: "the " + s.Name + " setting"}, nil
+	}
+	if host == nil {
+		host = func() []Source { return Read(aptDir) }
+	}
+	var m Mirror
+	if security {
+		m.URL, m.Origin = SecurityMirror(host(), distro, suite)
+	} else {
+		m.URL, m.Origin = ArchiveMirror(host(), distro, suite)
+	}
+	return m, nil
 }

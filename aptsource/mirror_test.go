@@ -1,4 +1,4 @@
-package hostapt
+package aptsource
 
 import (
 	"strings"
@@ -102,59 +102,5 @@ func TestSuites(t *testing.T) {
 		if got := strings.Join(UpdatesSuites(release), " "); got != want {
 			t.Errorf("UpdatesSuites(%q) = %q, want %q", release, got, want)
 		}
-	}
-}
-
-func TestParseOneLine(t *testing.T) {
-	in := `deb [ arch=amd64,i386 signed-by=/k.gpg ] http://a.example/debian trixie main contrib
-deb-src http://a.example/debian trixie main
-# deb http://commented.example/debian trixie main
-deb http://short.example/debian
-deb [arch=amd64] http://b.example/debian sid
-`
-	got := parseOneLine(strings.NewReader(in), "x")
-	if len(got) != 3 {
-		t.Fatalf("got %d sources: %+v", len(got), got)
-	}
-	if got[0].URIs[0] != "http://a.example/debian" || got[0].Suites[0] != "trixie" || strings.Join(got[0].Components, " ") != "main contrib" {
-		t.Errorf("first: %+v", got[0])
-	}
-	if got[1].Types[0] != "deb-src" {
-		t.Errorf("second: %+v", got[1])
-	}
-	if got[2].URIs[0] != "http://b.example/debian" || len(got[2].Components) != 0 {
-		t.Errorf("third: %+v", got[2])
-	}
-}
-
-func TestParseDeb822(t *testing.T) {
-	in := `# leading comment
-
-Types: deb deb-src
-URIs: http://a.example/debian
-  http://b.example/debian
-Suites: trixie
-Components: main
-Signed-By:
- -----BEGIN PGP PUBLIC KEY BLOCK-----
- .
- -----END PGP PUBLIC KEY BLOCK-----
-
-
-Enabled: No
-Types: deb
-URIs: http://c.example/debian
-Suites: sid
-Components: main
-`
-	got := parseDeb822(strings.NewReader(in), "x")
-	if len(got) != 2 {
-		t.Fatalf("got %d stanzas: %+v", len(got), got)
-	}
-	if strings.Join(got[0].URIs, " ") != "http://a.example/debian http://b.example/debian" {
-		t.Errorf("continued URIs: %q", got[0].URIs)
-	}
-	if !got[0].Enabled || got[1].Enabled {
-		t.Errorf("enabled: %v %v", got[0].Enabled, got[1].Enabled)
 	}
 }
