@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -180,6 +181,10 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 			sig := *ms
 			if st.ModuleCert != nil {
 				sig.CertSHA256 = CertSHA256(st.ModuleCert)
+				// A user's key: the certificate names the signer.
+				if cert, err := x509.ParseCertificate(st.ModuleCert); err == nil && sig.Signer == "" {
+					sig.Signer = ModuleSigner(cert)
+				}
 			}
 			gpu.ModuleSigning = &sig
 		}

@@ -27,6 +27,11 @@ func CheckInputs(o gpustack.Options, now time.Time) []error {
 			}
 		}
 	}
+	if o.EnableGPU && o.ModuleSigning == "key" {
+		if err := checkModuleKey(gpustack.ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.EnableGPU {
 		for _, k := range []struct{ setting, path string }{
 			{"nvidia_cuda_repo_keyring", o.CUDARepoKeyring},

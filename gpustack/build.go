@@ -216,8 +216,8 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		if o.EnableGPU {
 			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules},
 				CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
-			if p.ModuleSigning.Mode == "ephemeral" {
-				checks = append(checks, SignModules{Kernels: kernels, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true})
+			if ms := p.ModuleSigning; ms.CertDER != "" {
+				checks = append(checks, SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true})
 			}
 			if o.Toolkit && o.HookMode != HookCDI {
 				checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
@@ -349,7 +349,7 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 	}
 	p.add("apt-update", "Refreshing package lists", AptUpdate{})
 
-	signing := dkms && o.ModuleSigning == "ephemeral"
+	signing := dkms && o.ModuleSigning != "none"
 	if dkms {
 		// Before anything installs DKMS: it would mint a key in the image.
 		p.add("dkms-config", "Keeping DKMS from creating a module signing key in the image",
@@ -380,9 +380,16 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 		p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
 			BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
 		if signing {
-			p.add("module-signing", "Signing the NVIDIA modules for "+kernelRange(ks)+" with a key that lives only in memory",
-				SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM})
-			p.ModuleSigning = ModuleSigning{Mode: "ephemeral", Signer: moduleSigner, CertDER: moduleCertDER}
+			sm := SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM}
+			title := "Signing the NVIDIA modules for " + kernelRange(ks) + " with a key that lives only in memory"
+			if o.ModuleSigning == "key" {
+				// The signer is the certificate's issuer, read from it.
+				sm.Subject = ""
+				sm.Key = &ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}
+				title = "Signing the NVIDIA modules for " + kernelRange(ks) + " with " + o.ModuleKey + ", piped into memory"
+			}
+			p.add("module-signing", title, sm)
+			p.ModuleSigning = ModuleSigning{Mode: o.ModuleSigning, Signer: sm.Subject, CertDER: moduleCertDER}
 		} else {
 			p.ModuleSigning = ModuleSigning{Mode: "none"}
 		}

@@ -95,13 +95,17 @@ sign_file="/usr/lib/podvm-gpu/dkms-signing-disabled"
 `
 
 // signModulesScript signs, or verifies the signatures of, every NVIDIA
-// module of the kernels given as arguments. Arguments: mode (sign or
-// verify), the certificate subject, the DER and PEM certificate paths,
-// then the kernels. The key is made in /run, which must be a tmpfs, and
-// removed on exit, whatever happens.
+// module of the kernels given as arguments. Arguments: mode (sign,
+// sign-key or verify), the certificate subject ("" for the certificate's
+// issuer), the DER and PEM certificate paths, then the kernels. sign makes
+// the key in /run, which must be a tmpfs; sign-key reads a passphrase line
+// and then the key and certificate (PEM) from its input into the same
+// place. Either is removed on exit, whatever happens.
 const signModulesScript = `set -eu
 mode=$1 subject=$2 der=$3 pem=$4
 shift 4
+# modinfo reports the issuer CN of the signing certificate as the signer.
+issuer_cn() { openssl x509 -inform DER -in "$1" -noout -issuer -nameopt sep_multiline,sname,utf8 | sed -n 's/^ *CN=//p' | head -n 1; }
 [ $# -gt 0 ] || { echo "podvm-gpu: no kernel to sign modules for" >&2; exit 1; }
 # Only what DKMS installed (updates/): the kernel's own nvidia-wmi or
 # nvidiafb modules keep the distribution's signature.
@@ -113,6 +117,8 @@ modules() {
 # dkms 2 through shim-signed).
 dkms_keys="/var/lib/dkms/mok.key /var/lib/shim-signed/mok/MOK.priv"
 if [ "$mode" = verify ]; then
+	[ -n "$subject" ] || subject=$(issuer_cn "$der")
+	[ -n "$subject" ] || { echo "$der: no issuer CN to check the modules' signer against" >&2; exit 1; }
 	for key in $dkms_keys; do
 		[ ! -e "$key" ] || { echo "$key: a private module signing key in the image" >&2; exit 1; }
 	done
@@ -141,9 +147,19 @@ new=""
 trap 'rm -rf "$dir"; [ -z "$new" ] || rm -f "$new"' EXIT
 trap 'exit 1' INT TERM HUP
 chmod 700 "$dir"
-openssl req -new -x509 -newkey rsa:3072 -sha256 -nodes -days 36500 -subj "/CN=$subject/" \
-	-addext "extendedKeyUsage=codeSigning" -keyout "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||
-	{ cat "$dir/openssl.log" >&2; exit 1; }
+if [ "$mode" = sign-key ]; then
+	IFS= read -r pin || true
+	cat >"$dir/key.pem"
+	# sign-file reads the key's passphrase from KBUILD_SIGN_PIN.
+	[ -z "$pin" ] || export KBUILD_SIGN_PIN="$pin"
+	openssl x509 -in "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||
+		{ cat "$dir/openssl.log" >&2; echo "podvm-gpu: no certificate in the key input" >&2; exit 1; }
+	subject=$(issuer_cn "$dir/cert.der")
+else
+	openssl req -new -x509 -newkey rsa:3072 -sha256 -nodes -days 36500 -subj "/CN=$subject/" \
+		-addext "extendedKeyUsage=codeSigning" -keyout "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||
+		{ cat "$dir/openssl.log" >&2; exit 1; }
+fi
 n=0
 for k; do
 	signfile=""
@@ -192,7 +208,7 @@ mkdir -p "$(dirname "$der")" "$(dirname "$pem")"
 install -m 0644 -o root -g root "$dir/cert.der" "$der"
 openssl x509 -inform DER -in "$der" -out "$dir/cert.pem"
 install -m 0644 -o root -g root "$dir/cert.pem" "$pem"
-echo "signed $n NVIDIA modules of kernels $* ($hash) with a key that was never written to the image; certificate $der"
+echo "signed $n NVIDIA modules of kernels $* ($hash, signer '$subject') with a key that was never written to the image; certificate $der"
 `
 
 // exposeMountUnit binds the repository read-only at where. The driver

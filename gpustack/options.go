@@ -55,7 +55,10 @@ type Options struct {
 	FabricManager       bool
 	ConfidentialCompute bool
 	GateOnPCI           bool
-	ModuleSigning       string // ephemeral or none
+	ModuleSigning       string // ephemeral, key or none
+	ModuleKey           string // key file on the build host (key mode)
+	ModuleCert          string // its certificate
+	ModulePassphraseEnv string
 	Kernels             string // newest, all, or a comma separated list
 
 	LocalRepo         string // auto, yes, no
@@ -217,6 +220,18 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 	if o.PassphraseEnv != "" && o.SigningKey == "" {
 		errs = append(errs, fmt.Errorf("%s=%s: needs local_repo_signing_key; the default ephemeral key has no passphrase",
 			name("local_repo_passphrase_env"), o.PassphraseEnv))
+	}
+	if o.ModuleSigning == "key" && (o.ModuleKey == "" || o.ModuleCert == "") {
+		errs = append(errs, fmt.Errorf("%s=key: needs nvidia_module_signing_key and nvidia_module_signing_cert, the key and certificate files on the build host", name("nvidia_module_signing")))
+	}
+	for _, k := range []struct{ key, v string }{
+		{"nvidia_module_signing_key", o.ModuleKey},
+		{"nvidia_module_signing_cert", o.ModuleCert},
+		{"nvidia_module_signing_passphrase_env", o.ModulePassphraseEnv},
+	} {
+		if k.v != "" && o.ModuleSigning != "key" {
+			errs = append(errs, fmt.Errorf("%s=%s: only used with nvidia_module_signing=key, not %s", name(k.key), k.v, o.ModuleSigning))
+		}
 	}
 	if e := o.RepoExposePath; e != "" && (e == o.RepoPath || strings.HasPrefix(e, o.RepoPath+"/") || strings.HasPrefix(o.RepoPath, e+"/")) {
 		errs = append(errs, fmt.Errorf("%s=%s: overlaps local_repo_path %s; allowed: none, or a separate path such as /run/nvidia/local-packages",

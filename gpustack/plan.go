@@ -76,8 +76,10 @@ type Toolkit struct {
 // ModuleSigning is the plan's module signing policy, for the manifest and
 // the comparison of images.
 type ModuleSigning struct {
-	Mode    string // "ephemeral" or "none"; "" for precompiled modules
-	Signer  string // the certificate's subject, modinfo's signer
+	Mode string // "ephemeral", "key" or "none"; "" for precompiled modules
+	// Signer is modinfo's signer: the ephemeral certificate's subject; ""
+	// with a user's key, whose certificate names it.
+	Signer  string
 	CertDER string // the certificate in the image
 }
 
@@ -208,19 +210,35 @@ type CheckModules struct {
 // this build in /run, a tmpfs that never becomes part of the image's disk,
 // and removed when the command ends; the certificate stays in the image at
 // CertDER and CertPEM. Verify checks the signatures instead.
+//
+// With Key, the user's key and certificate sign instead: the back end
+// pipes them into the command (ModuleKey.Stdin), so they reach the tmpfs
+// and never a file of the image.
 type SignModules struct {
-	Kernels          []string
-	Subject          string // the certificate's CN: modinfo's signer
+	Kernels []string
+	// Subject is the certificate's CN, modinfo's signer; "" reads the
+	// signer from the certificate (the issuer's CN).
+	Subject          string
 	CertDER, CertPEM string
+	Key              *ModuleKey
 	Verify           bool
+}
+
+// ModuleKey is a module signing key and its certificate on the build host.
+type ModuleKey struct {
+	File, Cert    string
+	PassphraseEnv string
 }
 
 // Command is the shell command that signs (or verifies), the same text
 // for every back end; the kernels follow it as arguments.
 func (a SignModules) Command() string {
 	mode := "sign"
-	if a.Verify {
+	switch {
+	case a.Verify:
 		mode = "verify"
+	case a.Key != nil:
+		mode = "sign-key"
 	}
 	return "sh -c " + shQuote(signModulesScript) + " podvm-sign-modules " + shQuote(mode) + " " + shQuote(a.Subject) + " " + shQuote(a.CertDER) + " " + shQuote(a.CertPEM)
 }
@@ -366,7 +384,18 @@ func (a CheckModules) describe() string {
 
 func (a SignModules) describe() string {
 	if a.Verify {
-		return fmt.Sprintf("verify that every NVIDIA module of kernels %s is signed by %q", strings.Join(a.Kernels, " "), a.Subject)
+		signer := fmt.Sprintf("%q", a.Subject)
+		if a.Subject == "" {
+			signer = "the issuer of " + a.CertDER
+		}
+		return fmt.Sprintf("verify that every NVIDIA module of kernels %s is signed by %s", strings.Join(a.Kernels, " "), signer)
+	}
+	if k := a.Key; k != nil {
+		pass := ""
+		if k.PassphraseEnv != "" {
+			pass = " (passphrase from $" + k.PassphraseEnv + ")"
+		}
+		return fmt.Sprintf("sign every NVIDIA module of kernels %s with key %s%s and certificate %s, piped into /run only; certificate %s, %s", strings.Join(a.Kernels, " "), k.File, pass, k.Cert, a.CertDER, a.CertPEM)
 	}
 	return fmt.Sprintf("sign every NVIDIA module of kernels %s with an ephemeral key (%q, in /run only); certificate %s, %s", strings.Join(a.Kernels, " "), a.Subject, a.CertDER, a.CertPEM)
 }

@@ -82,6 +82,39 @@ func TestPlanGolden(t *testing.T) {
 	}
 }
 
+// TestPlanModuleKey: with the user's key, the plan signs with it, piped
+// in, and verifies against the certificate's issuer.
+func TestPlanModuleKey(t *testing.T) {
+	o := resolve(t, map[string]string{
+		"NVIDIA_MODULE_SIGNING": "key", "NVIDIA_MODULE_SIGNING_KEY": "/keys/m.key", "NVIDIA_MODULE_SIGNING_CERT": "/keys/m.pem",
+		"NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV": "MODPASS", "SOURCE_DATE_EPOCH": "1700000000",
+	})
+	p, err := NewPlan(o, goldenTargets[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, filepath.Join("testdata", "plan", "module-signing-key.txt"), p.Text())
+	if p.ModuleSigning.Mode != "key" || p.ModuleSigning.Signer != "" || p.ModuleSigning.CertDER == "" {
+		t.Errorf("module signing %+v", p.ModuleSigning)
+	}
+	var sign, verify *SignModules
+	for _, s := range p.Steps {
+		for _, a := range s.Actions {
+			if sm, ok := a.(SignModules); ok && sm.Verify {
+				verify = &sm
+			} else if ok {
+				sign = &sm
+			}
+		}
+	}
+	if sign == nil || sign.Key == nil || sign.Key.File != "/keys/m.key" || sign.Key.PassphraseEnv != "MODPASS" || !strings.Contains(sign.Command(), "'sign-key'") {
+		t.Errorf("sign: %+v", sign)
+	}
+	if verify == nil || verify.Subject != "" || !strings.Contains(verify.Command(), "'verify' ''") {
+		t.Errorf("verify: %+v", verify)
+	}
+}
+
 func golden(t *testing.T, path, got string) {
 	t.Helper()
 	if *update {

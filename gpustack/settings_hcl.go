@@ -38,8 +38,14 @@ type Settings struct {
 	NvidiaConfidentialCompute *string `mapstructure:"nvidia_confidential_compute" required:"false"`
 	// Start GPU-only units only when an NVIDIA PCI device (vendor 10de) is present, so one image serves GPU and non-GPU VMs. Environment: `NVIDIA_GATE_ON_PCI`; default: yes.
 	NvidiaGateOnPCI *string `mapstructure:"nvidia_gate_on_pci" required:"false"`
-	// How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); none leaves them unsigned. Either way DKMS never mints a key in the image. Environment: `NVIDIA_MODULE_SIGNING`; default: ephemeral.
+	// How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); key signs with nvidia_module_signing_key and its certificate, which reach the image's tmpfs through a pipe, never a file; none leaves them unsigned. Either way DKMS never mints a key in the image. Environment: `NVIDIA_MODULE_SIGNING`; default: ephemeral.
 	NvidiaModuleSigning *string `mapstructure:"nvidia_module_signing" required:"false"`
+	// PEM private key file on the build host that signs the NVIDIA modules (nvidia_module_signing=key); it may be encrypted, see nvidia_module_signing_passphrase_env. Environment: `NVIDIA_MODULE_SIGNING_KEY`; default: (none).
+	NvidiaModuleSigningKey *string `mapstructure:"nvidia_module_signing_key" required:"false"`
+	// X.509 certificate file (PEM or DER) on the build host for nvidia_module_signing_key: the one enrolled in MOK or UEFI db. Environment: `NVIDIA_MODULE_SIGNING_CERT`; default: (none).
+	NvidiaModuleSigningCert *string `mapstructure:"nvidia_module_signing_cert" required:"false"`
+	// Name of the environment variable that holds nvidia_module_signing_key's passphrase. Environment: `NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV`; default: (none).
+	NvidiaModuleSigningPassphraseEnv *string `mapstructure:"nvidia_module_signing_passphrase_env" required:"false"`
 	// Image kernels to build modules and bake packages for: newest, all, or a list of versions. Environment: `PODVM_KERNELS`; default: newest.
 	Kernels *string `mapstructure:"kernels" required:"false"`
 	// Bake the signed node-local apt repository; auto follows enable_nvidia_gpu. Environment: `LOCAL_REPO`; default: auto.
@@ -125,6 +131,15 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.NvidiaModuleSigning != nil {
 		m["nvidia_module_signing"] = Scalar(*s.NvidiaModuleSigning)
+	}
+	if s.NvidiaModuleSigningKey != nil {
+		m["nvidia_module_signing_key"] = Scalar(*s.NvidiaModuleSigningKey)
+	}
+	if s.NvidiaModuleSigningCert != nil {
+		m["nvidia_module_signing_cert"] = Scalar(*s.NvidiaModuleSigningCert)
+	}
+	if s.NvidiaModuleSigningPassphraseEnv != nil {
+		m["nvidia_module_signing_passphrase_env"] = Scalar(*s.NvidiaModuleSigningPassphraseEnv)
 	}
 	if s.Kernels != nil {
 		m["kernels"] = Scalar(*s.Kernels)

@@ -72,6 +72,11 @@ func TestBadInputs(t *testing.T) {
 		{name: "expose with a specifier", env: map[string]string{"LOCAL_REPO_EXPOSE_PATH": "/run/nvidia/%H"}, want: []string{`invalid value "/run/nvidia/%H"`}},
 		{name: "env output dir is a file", env: map[string]string{"PODVM_OUTPUT_DIR": "settings_test.go"}, want: []string{`PODVM_OUTPUT_DIR: invalid value "settings_test.go"`, "not an existing file"}},
 		{name: "hcl output dir newline", hcl: `output_dir = "a\nb"`, want: []string{`output_dir: invalid value`}},
+		{name: "module key mode without files", env: map[string]string{"NVIDIA_MODULE_SIGNING": "key"}, want: []string{"NVIDIA_MODULE_SIGNING=key: needs nvidia_module_signing_key and nvidia_module_signing_cert"}},
+		{name: "module key without key mode", hcl: `nvidia_module_signing_key = "/keys/m.key"`, want: []string{"nvidia_module_signing_key=/keys/m.key: only used with nvidia_module_signing=key, not ephemeral"}},
+		{name: "module passphrase env name", flag: []string{"--nvidia-module-signing=key", "--nvidia-module-signing-key=/k", "--nvidia-module-signing-cert=/c", "--nvidia-module-signing-passphrase-env=no-such name"},
+			want: []string{`--nvidia-module-signing-passphrase-env: invalid value "no-such name"`}},
+		{name: "toolkit version word", env: map[string]string{"NVIDIA_CONTAINER_TOOLKIT_VERSION": "latest"}, want: []string{`NVIDIA_CONTAINER_TOOLKIT_VERSION: invalid value "latest"`, "newest, or a whole Debian package version"}},
 		{name: "env kernels", env: map[string]string{"PODVM_KERNELS": "latest"}, want: []string{`PODVM_KERNELS: invalid value "latest"`, "newest, all"}},
 		{name: "hcl kernels", hcl: `kernels = "6.12;reboot"`, want: []string{`kernels: invalid value "6.12;reboot"`}},
 		{name: "env local repo", env: map[string]string{"LOCAL_REPO": "maybe"}, want: []string{`LOCAL_REPO: invalid value "maybe"`, "auto|yes|no"}},
@@ -146,6 +151,10 @@ func TestBadInputs(t *testing.T) {
 
 // samples gives two valid values for every setting, neither the default.
 func samples(s *Setting) (a, b Raw) {
+	if s.Key == "nvidia_module_signing" {
+		// key needs its files; none alone is a valid change.
+		return Scalar("none"), Scalar("none")
+	}
 	switch s.Kind {
 	case Bool:
 		// Two valid bools differ only from each other: the explicit one is
@@ -183,6 +192,9 @@ func samples(s *Setting) (a, b Raw) {
 		"output_dir":                            {"out-a", "out-b"},
 		"local_repo_expose_path":                {"/run/nvidia/repo-a", "none"},
 		"source_date_epoch":                     {"1700000000", "1600000000"},
+		"nvidia_module_signing_key":             {"/keys/a.key", "/keys/b.key"},
+		"nvidia_module_signing_cert":            {"/keys/a.pem", "/keys/b.der"},
+		"nvidia_module_signing_passphrase_env":  {"MODPASS_A", "MODPASS_B"},
 	}[s.Key]
 	return Scalar(v[0]), Scalar(v[1])
 }
@@ -198,6 +210,13 @@ func TestPrecedence(t *testing.T) {
 				base := map[string]string{}
 				if s.Key == "local_repo_passphrase_env" { // needs a key to be valid
 					base["LOCAL_REPO_SIGNING_KEY"] = "/keys/k.asc"
+				}
+				// The module key's settings need key mode and both files.
+				moduleKey := strings.HasPrefix(s.Key, "nvidia_module_signing_")
+				if moduleKey {
+					base["NVIDIA_MODULE_SIGNING"] = "key"
+					base["NVIDIA_MODULE_SIGNING_KEY"] = "/keys/m.key"
+					base["NVIDIA_MODULE_SIGNING_CERT"] = "/keys/m.pem"
 				}
 				run := func(ex map[string]Raw, e map[string]string) Resolved {
 					t.Helper()
@@ -233,7 +252,7 @@ func TestPrecedence(t *testing.T) {
 				viaEnv := run(nil, map[string]string{s.Env: strings.Join(fromEnv.Values, ",")})
 				both := run(map[string]Raw{s.Key: explicit}, map[string]string{s.Env: strings.Join(fromEnv.Values, ",")})
 
-				if def.Origin[s.Key] != FromDefault && s.Key != "local_repo_signing_key" {
+				if def.Origin[s.Key] != FromDefault && s.Key != "local_repo_signing_key" && !moduleKey {
 					t.Errorf("no input: origin %v, want default", def.Origin[s.Key])
 				}
 				if viaEnv.Origin[s.Key] != FromEnv {

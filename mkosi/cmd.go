@@ -27,6 +27,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "bake-repo" {
 		return runBakeRepo(ctx, args[1:], stdout, stderr)
 	}
+	// module-key pipes the user's module signing key into the
+	// post-installation script's signing command, equally hidden.
+	if len(args) > 0 && args[0] == "module-key" {
+		return runModuleKey(args[1:], stdout, stderr)
+	}
 	// check-keys is the finalize script's secret-key check, equally hidden.
 	if len(args) > 0 && args[0] == "check-keys" {
 		return runCheckKeys(args[1:], stdout, stderr)
@@ -186,6 +191,33 @@ func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	fmt.Fprintf(stdout, "  repo: %d packages, key %s\n", len(res.Packages), res.Fingerprint)
+	return 0
+}
+
+// runModuleKey writes the input of the module signing command in key
+// mode, as bake.ModuleKeyInput makes it for the provisioner too.
+func runModuleKey(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("mkosi module-key", pflag.ContinueOnError)
+	var k gpustack.ModuleKey
+	fs.StringVar(&k.File, "key", "", "the module signing key (PEM)")
+	fs.StringVar(&k.Cert, "cert", "", "its certificate (PEM or DER)")
+	fs.StringVar(&k.PassphraseEnv, "passphrase-env", "", "the variable that holds the key's passphrase")
+	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+		return code
+	}
+	if k.File == "" || k.Cert == "" {
+		fmt.Fprintln(stderr, "mkosi module-key: --key and --cert are required")
+		return 2
+	}
+	in, err := bake.ModuleKeyInput(k)
+	if err != nil {
+		fmt.Fprintln(stderr, "mkosi module-key:", err)
+		return 1
+	}
+	if _, err := stdout.Write(in); err != nil {
+		fmt.Fprintln(stderr, "mkosi module-key:", err)
+		return 1
+	}
 	return 0
 }
 

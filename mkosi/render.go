@@ -172,6 +172,23 @@ type renderer struct {
 	bake     *gpustack.BakeRepo
 	postinst []string // script fragments, one per step
 	finalize []string
+	// needBin: a script runs this program on the build host.
+	needBin bool
+	// sources are BuildSources= mounts beyond the tree itself (host
+	// directory:target below $SRCDIR); environment are the host variables
+	// the scripts get (Environment=).
+	sources, environment []string
+}
+
+// mount mounts the host directory of file below $SRCDIR at target, for
+// the scripts, and returns the file's path there.
+func (r *renderer) mount(file, target string) string {
+	if dir, err := filepath.Abs(filepath.Dir(file)); err == nil {
+		if m := dir + ":" + target; !slices.Contains(r.sources, m) {
+			r.sources = append(r.sources, m)
+		}
+	}
+	return target + "/" + filepath.Base(file)
 }
 
 // sandboxAndImage writes an apt file into the sandbox, for the build, and
@@ -276,8 +293,24 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		fmt.Fprintf(b, "check_modules %s\n", shellWords(a.Modules))
 	case gpustack.SignModules:
 		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
-		// made, used and gone within this one command.
-		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+		// made (or piped in), used and gone within this one command.
+		if a.Key == nil || a.Verify {
+			fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+			break
+		}
+		// The user's key: the key's and the certificate's directories are
+		// mounted below $SRCDIR (never into the image), and this program
+		// pipes them in as the provisioner does.
+		key := r.mount(a.Key.File, moduleKeySource)
+		cert := r.mount(a.Key.Cert, moduleCertSource)
+		passEnv := ""
+		if e := a.Key.PassphraseEnv; e != "" {
+			r.environment = append(r.environment, e)
+			passEnv = " --passphrase-env " + sq(e)
+		}
+		r.needBin = true
+		fmt.Fprintf(b, "podvm_bin=%s\n\"$podvm_bin\" mkosi module-key --key \"$SRCDIR\"/%s --cert \"$SRCDIR\"/%s%s |\n\tmkosi-chroot %s $kernels\n",
+			sq(r.c.Bin), sq(key), sq(cert), passEnv, a.Command())
 	case gpustack.HoldPackages:
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.CheckDriverVersion:
@@ -309,6 +342,13 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	}
 	return nil
 }
+
+// moduleKeySource and moduleCertSource are where BuildSources= mounts the
+// directories of the module signing key and its certificate for scripts.
+const (
+	moduleKeySource  = "podvm-module-key"
+	moduleCertSource = "podvm-module-cert"
+)
 
 // signingKeySource is where BuildSources= mounts the signing key's
 // directory for scripts: below $SRCDIR, never in the image.
@@ -391,7 +431,7 @@ func (r *renderer) finish() error {
 	// plan has no verification step; it runs this program for that, and
 	// the post-installation script runs it to bake the repository.
 	finalize := r.bake != nil || len(r.finalize) > 0
-	if finalize || r.network {
+	if finalize || r.network || r.needBin {
 		if !path.IsAbs(r.c.Bin) {
 			return fmt.Errorf("the packer-plugin-podvm binary must be an absolute path, got %q", r.c.Bin)
 		}
@@ -409,17 +449,19 @@ func (r *renderer) finish() error {
 			if _, err := os.Stat(k); err != nil {
 				return fmt.Errorf("local_repo_signing_key: %w", err)
 			}
-			dir, err := filepath.Abs(filepath.Dir(k))
-			if err != nil {
-				return err
-			}
-			// Setting BuildSources= replaces the default mount of the
-			// tree itself, so the tree is listed first.
-			sb.list("BuildSources", []string{".", dir + ":" + signingKeySource})
+			r.mount(k, signingKeySource)
 		}
-		if e := r.bake.Passphrase; e != "" {
-			sb.list("Environment", []string{e})
+		if e := r.bake.Passphrase; e != "" && !slices.Contains(r.environment, e) {
+			r.environment = append(r.environment, e)
 		}
+	}
+	if len(r.sources) > 0 {
+		// Setting BuildSources= replaces the default mount of the tree
+		// itself, so the tree is listed first.
+		sb.list("BuildSources", append([]string{"."}, r.sources...))
+	}
+	if len(r.environment) > 0 {
+		sb.list("Environment", r.environment)
 	}
 	conf := r.prefix + "mkosi.conf"
 	if r.prefix == "" {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,8 +148,20 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 	case gpustack.CheckModules:
 		return e.checkModules(ctx, a.Kernels, a.Modules)
 	case gpustack.SignModules:
-		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
-		return err
+		cmd := a.Command() + " " + quoteAll(a.Kernels...)
+		if a.Key == nil || a.Verify {
+			_, err := e.r.run(ctx, cmd)
+			return err
+		}
+		in, err := bake.ModuleKeyInput(*a.Key)
+		if err != nil {
+			return err
+		}
+		res, err := e.r.execInput(ctx, cmd, false, bytes.NewReader(in))
+		if err != nil {
+			return err
+		}
+		return res.check(cmd)
 	case gpustack.HoldPackages:
 		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
 		return err

@@ -108,6 +108,8 @@ type fakeComm struct {
 	hangAt  int // command number that never exits, ignoring ctx
 	// uploadFailures makes the first n uploads fail.
 	uploadFailures int
+	// stdin is what each command read on its input, by command number.
+	stdin map[int][]byte
 }
 
 func newFakeComm(img *fakeImage) *fakeComm {
@@ -165,6 +167,18 @@ func (c *fakeComm) Start(ctx context.Context, rc *packersdk.RemoteCmd) error {
 	n := len(c.cmds)
 	c.mu.Unlock()
 
+	if rc.Stdin != nil {
+		in, err := io.ReadAll(rc.Stdin)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.stdin == nil {
+			c.stdin = map[int][]byte{}
+		}
+		c.stdin[n] = in
+		c.mu.Unlock()
+	}
 	stdout, status := c.answer(inner)
 	if c.respond != nil {
 		if out, st, ok := c.respond(n, inner); ok {

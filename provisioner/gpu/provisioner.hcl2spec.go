@@ -35,6 +35,9 @@ type FlatConfig struct {
 	NvidiaConfidentialCompute         *string           `mapstructure:"nvidia_confidential_compute" required:"false" cty:"nvidia_confidential_compute" hcl:"nvidia_confidential_compute"`
 	NvidiaGateOnPCI                   *string           `mapstructure:"nvidia_gate_on_pci" required:"false" cty:"nvidia_gate_on_pci" hcl:"nvidia_gate_on_pci"`
 	NvidiaModuleSigning               *string           `mapstructure:"nvidia_module_signing" required:"false" cty:"nvidia_module_signing" hcl:"nvidia_module_signing"`
+	NvidiaModuleSigningKey            *string           `mapstructure:"nvidia_module_signing_key" required:"false" cty:"nvidia_module_signing_key" hcl:"nvidia_module_signing_key"`
+	NvidiaModuleSigningCert           *string           `mapstructure:"nvidia_module_signing_cert" required:"false" cty:"nvidia_module_signing_cert" hcl:"nvidia_module_signing_cert"`
+	NvidiaModuleSigningPassphraseEnv  *string           `mapstructure:"nvidia_module_signing_passphrase_env" required:"false" cty:"nvidia_module_signing_passphrase_env" hcl:"nvidia_module_signing_passphrase_env"`
 	Kernels                           *string           `mapstructure:"kernels" required:"false" cty:"kernels" hcl:"kernels"`
 	LocalRepo                         *string           `mapstructure:"local_repo" required:"false" cty:"local_repo" hcl:"local_repo"`
 	LocalRepoPath                     *string           `mapstructure:"local_repo_path" required:"false" cty:"local_repo_path" hcl:"local_repo_path"`
@@ -93,6 +96,9 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"nvidia_confidential_compute":           &hcldec.AttrSpec{Name: "nvidia_confidential_compute", Type: cty.String, Required: false},
 		"nvidia_gate_on_pci":                    &hcldec.AttrSpec{Name: "nvidia_gate_on_pci", Type: cty.String, Required: false},
 		"nvidia_module_signing":                 &hcldec.AttrSpec{Name: "nvidia_module_signing", Type: cty.String, Required: false},
+		"nvidia_module_signing_key":             &hcldec.AttrSpec{Name: "nvidia_module_signing_key", Type: cty.String, Required: false},
+		"nvidia_module_signing_cert":            &hcldec.AttrSpec{Name: "nvidia_module_signing_cert", Type: cty.String, Required: false},
+		"nvidia_module_signing_passphrase_env":  &hcldec.AttrSpec{Name: "nvidia_module_signing_passphrase_env", Type: cty.String, Required: false},
 		"kernels":                               &hcldec.AttrSpec{Name: "kernels", Type: cty.String, Required: false},
 		"local_repo":                            &hcldec.AttrSpec{Name: "local_repo", Type: cty.String, Required: false},
 		"local_repo_path":                       &hcldec.AttrSpec{Name: "local_repo_path", Type: cty.String, Required: false},

@@ -129,6 +129,12 @@ type result struct {
 // log (detection commands whose output the provisioner parses). A non-zero
 // exit is not an error here; callers decide.
 func (r *runner) exec(ctx context.Context, command string, quiet bool) (result, error) {
+	return r.execInput(ctx, command, quiet, nil)
+}
+
+// execInput is exec with stdin fed to the command: secrets go this way,
+// never through a file or the command line.
+func (r *runner) execInput(ctx context.Context, command string, quiet bool, stdin io.Reader) (result, error) {
 	full, err := r.wrap(command)
 	if err != nil {
 		return result{}, err
@@ -142,6 +148,7 @@ func (r *runner) exec(ctx context.Context, command string, quiet bool) (result, 
 		Command: full,
 		Stdout:  io.MultiWriter(&stdout, lw.stream()),
 		Stderr:  lw.stream(),
+		Stdin:   stdin,
 	}
 	if err := ctx.Err(); err != nil {
 		return result{}, err

@@ -1,0 +1,138 @@
+package mkosi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+)
+
+// TestModuleKeyTree renders nvidia_module_signing=key: the key's and the
+// certificate's directories are mounted for the scripts only (never into
+// an image tree), the passphrase variable is passed through, and the
+// post-installation script pipes this program's module-key output into the
+// signing command. Real mkosi parses the tree.
+func TestModuleKeyTree(t *testing.T) {
+	keys, certs := t.TempDir(), t.TempDir()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, _ := x509.MarshalPKCS8PrivateKey(key)
+	keyFile, certFile := filepath.Join(keys, "m.key"), filepath.Join(certs, "m.pem")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600))
+	must(os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+
+	bin := filepath.Join(t.TempDir(), "packer-plugin-podvm")
+	p := plan(t, "debian", "13", map[string]string{
+		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
+		"nvidia_module_signing":                 "key",
+		"nvidia_module_signing_key":             keyFile,
+		"nvidia_module_signing_cert":            certFile,
+		"nvidia_module_signing_passphrase_env":  "MODPASS",
+	})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: bin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
+	must(err)
+	var conf, postinst string
+	for _, f := range files {
+		switch {
+		case f.Path == "mkosi.profiles/"+Profile+"/mkosi.conf":
+			conf = string(f.Data)
+		case strings.HasSuffix(f.Path, "mkosi.postinst.d/50-podvm.sh"):
+			postinst = string(f.Data)
+		}
+		if strings.Contains(string(f.Data), "PRIVATE KEY") {
+			t.Errorf("%s holds the key", f.Path)
+		}
+	}
+	for _, want := range []string{"BuildSources=.", keys + ":" + moduleKeySource, certs + ":" + moduleCertSource, "Environment=MODPASS"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("profile mkosi.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	pipe := `"$podvm_bin" mkosi module-key --key "$SRCDIR"/'podvm-module-key/m.key' --cert "$SRCDIR"/'podvm-module-cert/m.pem' --passphrase-env 'MODPASS' |`
+	if !strings.Contains(postinst, pipe) || !strings.Contains(postinst, "podvm-sign-modules 'sign-key'") {
+		t.Errorf("post-installation script lacks the piped signing:\n%s", postinst)
+	}
+
+	argv := needMkosi(t)
+	dir := t.TempDir()
+	must(Write(dir, files, false))
+	t.Setenv("MODPASS", "x")
+	out, _ := runMkosi(t, argv, dir, "--json", "summary")
+	var s struct {
+		Images []struct {
+			BuildSources []struct{ Source, Target string }
+			Environment  map[string]string
+		}
+	}
+	must(json.Unmarshal(out, &s))
+	if len(s.Images) == 0 {
+		t.Fatalf("summary: %s", out)
+	}
+	img := s.Images[0]
+	var targets []string
+	for _, b := range img.BuildSources {
+		targets = append(targets, b.Target)
+	}
+	if !slices.Contains(targets, moduleKeySource) || !slices.Contains(targets, moduleCertSource) {
+		t.Errorf("mkosi's BuildSources %+v lack the key mounts", img.BuildSources)
+	}
+	if _, ok := img.Environment["MODPASS"]; !ok {
+		t.Errorf("mkosi's Environment %v lacks MODPASS", img.Environment)
+	}
+}
+
+// TestModuleKeyCommand: the hidden module-key subcommand writes exactly
+// what the provisioner pipes (bake.ModuleKeyInput), and fails clearly.
+func TestModuleKeyCommand(t *testing.T) {
+	dir := t.TempDir()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	keyFile, certFile := filepath.Join(dir, "k.pem"), filepath.Join(dir, "c.der")
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+	os.WriteFile(certFile, der, 0o644)
+	var out, errb strings.Builder
+	if rc := RunCommand(context.Background(), []string{"module-key", "--key", keyFile, "--cert", certFile}, &out, &errb); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, errb.String())
+	}
+	want, err := bake.ModuleKeyInput(gpustack.ModuleKey{File: keyFile, Cert: certFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Errorf("module-key wrote\n%s\nwant\n%s", out.String(), want)
+	}
+	errb.Reset()
+	if rc := RunCommand(context.Background(), []string{"module-key", "--key", keyFile}, &out, &errb); rc != 2 || !strings.Contains(errb.String(), "--key and --cert are required") {
+		t.Errorf("no --cert: rc %d, %q", rc, errb.String())
+	}
+}
