@@ -327,7 +327,7 @@ func TestAptRefusesTampering(t *testing.T) {
 					{PackagesGzFile, readFile(t, filepath.Join(dir, PackagesGzFile))},
 				}
 				// Signed now, so only the Date is wrong.
-				resign(t, dir, signer, releaseFile("podvm", "podvm test", future, []string{"all", "amd64"}, files), time.Now())
+				resign(t, dir, signer, releaseFile("podvm", "podvm test", future, []string{"all", "amd64"}, files, false), time.Now())
 			},
 			want: "not valid yet",
 		},

@@ -73,6 +73,10 @@ type Options struct {
 	// Signer signs Release; its public key is written as keyring.gpg and
 	// keyring.asc.
 	Signer *Signer
+
+	// AllDigests adds MD5, SHA1 and SHA512 to Packages and Release, for
+	// consumers older than apt's SHA256; apt itself needs SHA256 only.
+	AllDigests bool
 }
 
 // Package is one .deb in the repository.
@@ -137,7 +141,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer st.cleanup()
 
-	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement)
+	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement, opts.AllDigests)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +326,7 @@ func FindDebs(dir string) ([]string, error) {
 // placement asks. Largest files go first so that no worker is left with a
 // big one at the end. Every file is read even after one fails, so that all
 // bad inputs are reported at once.
-func readAll(ctx context.Context, debs []debFile, dir string, placement Placement) ([]Package, error) {
+func readAll(ctx context.Context, debs []debFile, dir string, placement Placement, allDigests bool) ([]Package, error) {
 	order := make([]int, len(debs))
 	for i := range order {
 		order[i] = i
@@ -338,7 +342,7 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				pkg, err := ingest(ctx, debs[i], dir, placement)
+				pkg, err := ingest(ctx, debs[i], dir, placement, allDigests)
 				if err != nil {
 					errs[i] = err
 					continue
@@ -367,7 +371,7 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 // ingest reads one .deb and, unless placement is IndexOnly, puts it into
 // dir: by a hard link where allowed, else by copying the very bytes that
 // were hashed, so Packages describes exactly the file in the repository.
-func ingest(ctx context.Context, deb debFile, dir string, placement Placement) (*Package, error) {
+func ingest(ctx context.Context, deb debFile, dir string, placement Placement, allDigests bool) (*Package, error) {
 	src := deb.real
 	var dst *os.File
 	switch placement {
@@ -396,9 +400,9 @@ func ingest(ctx context.Context, deb debFile, dir string, placement Placement) (
 	defer f.Close()
 	var info *debInfo
 	if dst != nil {
-		info, err = readDeb(ctx, f, dst)
+		info, err = readDebDigests(ctx, f, dst, allDigests)
 	} else {
-		info, err = readDeb(ctx, f, nil)
+		info, err = readDebDigests(ctx, f, nil, allDigests)
 	}
 	if err != nil {
 		var ce *copyError
@@ -495,7 +499,7 @@ func indexFiles(pkgs []Package, opts Options) ([]indexFile, error) {
 	}
 	slices.Sort(archs)
 	indexes := []indexFile{{PackagesFile, packages}, {PackagesGzFile, gz}}
-	release := releaseFile(opts.Origin, opts.Label, opts.Date, archs, indexes)
+	release := releaseFile(opts.Origin, opts.Label, opts.Date, archs, indexes, opts.AllDigests)
 	detached, err := opts.Signer.detachSign(release, opts.Date)
 	if err != nil {
 		return nil, err

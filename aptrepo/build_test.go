@@ -516,3 +516,44 @@ func TestDateFromEnvironment(t *testing.T) {
 		t.Errorf("DateFromEnvironment without SOURCE_DATE_EPOCH = %v, %v", d, err)
 	}
 }
+
+// TestBuildDigests: by default Packages and Release carry SHA256 only,
+// which apt requires and verifies; AllDigests adds MD5, SHA1 and SHA512
+// for older consumers. (The apt tests run real apt against the default.)
+func TestBuildDigests(t *testing.T) {
+	in := t.TempDir()
+	debs := smallRepoDebs(t, in)
+	signer := testSigner(t, testDate)
+	for _, tc := range []struct {
+		all        bool
+		want, none []string
+	}{
+		{false, []string{"SHA256"}, []string{"MD5", "SHA1", "SHA512"}},
+		{true, []string{"MD5", "SHA1", "SHA256", "SHA512"}, nil},
+	} {
+		out := filepath.Join(t.TempDir(), "repo")
+		res, err := Build(context.Background(), Options{Debs: debs, Out: out, Date: testDate, Signer: signer, AllDigests: tc.all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"Packages", "Release"} {
+			data, err := os.ReadFile(filepath.Join(out, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(data), "\n"+w) {
+					t.Errorf("all=%v: %s lacks %s", tc.all, f, w)
+				}
+			}
+			for _, n := range tc.none {
+				if strings.Contains(string(data), "\n"+n) {
+					t.Errorf("all=%v: %s has %s", tc.all, f, n)
+				}
+			}
+		}
+		if p := res.Packages[0]; p.SHA256 == "" || (p.MD5sum != "") != tc.all || (p.SHA512 != "") != tc.all {
+			t.Errorf("all=%v: package digests %+v", tc.all, p)
+		}
+	}
+}

@@ -26,6 +26,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		passphraseEnv = fs.String("passphrase-env", "", "name of the environment variable holding the --key passphrase")
 		origin        = fs.String("origin", "podvm", "Origin field of Release")
 		label         = fs.String("label", "podvm local packages", "Label field of Release")
+		allDigests    = fs.Bool("all-digests", false, "also write MD5, SHA1 and SHA512 into Packages and Release, for consumers older than apt's SHA256")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: packer-plugin-podvm repo --debs DIR (--out DIR | --in-place) [flags]
@@ -92,6 +93,8 @@ Flags:
 		Label:  *label,
 		Date:   date,
 		Signer: signer,
+
+		AllDigests: *allDigests,
 	}
 	switch {
 	case *inPlace:

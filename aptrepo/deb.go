@@ -62,17 +62,31 @@ type hashingReader struct {
 	r    io.Reader
 	w    io.Writer // the hashes, and the copy if any
 	n    int64
-	hash [4]hash.Hash
+	hash map[string]hash.Hash
 }
 
-func newHashingReader(ctx context.Context, r io.Reader, copyTo io.Writer) *hashingReader {
-	h := &hashingReader{ctx: ctx, r: r, hash: [4]hash.Hash{md5.New(), sha1.New(), sha256.New(), sha512.New()}}
-	ws := []io.Writer{h.hash[0], h.hash[1], h.hash[2], h.hash[3]}
+func newHashingReader(ctx context.Context, r io.Reader, copyTo io.Writer, all bool) *hashingReader {
+	h := &hashingReader{ctx: ctx, r: r, hash: map[string]hash.Hash{"sha256": sha256.New()}}
+	if all {
+		h.hash["md5"], h.hash["sha1"], h.hash["sha512"] = md5.New(), sha1.New(), sha512.New()
+	}
+	var ws []io.Writer
+	for _, d := range h.hash {
+		ws = append(ws, d)
+	}
 	if copyTo != nil {
 		ws = append(ws, copyTo)
 	}
 	h.w = io.MultiWriter(ws...)
 	return h
+}
+
+// sum is the hex digest named d, or "" when it was not computed.
+func (h *hashingReader) sum(d string) string {
+	if x, ok := h.hash[d]; ok {
+		return hex.EncodeToString(x.Sum(nil))
+	}
+	return ""
 }
 
 func (h *hashingReader) Read(p []byte) (int, error) {
@@ -106,7 +120,13 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, rea
 // the control file and digests every byte. The whole file is never held in
 // memory. If copyTo is not nil, every byte read is written to it as well.
 func readDeb(ctx context.Context, r io.Reader, copyTo io.Writer) (*debInfo, error) {
-	hr := newHashingReader(ctx, r, copyTo)
+	return readDebDigests(ctx, r, copyTo, true)
+}
+
+// readDebDigests is readDeb computing SHA256 only, or with all also MD5,
+// SHA1 and SHA512.
+func readDebDigests(ctx context.Context, r io.Reader, copyTo io.Writer, all bool) (*debInfo, error) {
+	hr := newHashingReader(ctx, r, copyTo, all)
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(hr)
 	defer func() {
@@ -122,10 +142,10 @@ func readDeb(ctx context.Context, r io.Reader, copyTo io.Writer) (*debInfo, erro
 	return &debInfo{
 		control: control,
 		size:    hr.n,
-		md5:     hex.EncodeToString(hr.hash[0].Sum(nil)),
-		sha1:    hex.EncodeToString(hr.hash[1].Sum(nil)),
-		sha256:  hex.EncodeToString(hr.hash[2].Sum(nil)),
-		sha512:  hex.EncodeToString(hr.hash[3].Sum(nil)),
+		md5:     hr.sum("md5"),
+		sha1:    hr.sum("sha1"),
+		sha256:  hr.sum("sha256"),
+		sha512:  hr.sum("sha512"),
 	}, nil
 }
 

@@ -57,14 +57,16 @@ func (pkg *Package) stanza(b []byte) []byte {
 	b = append(b, pkg.Filename...)
 	b = append(b, "\nSize: "...)
 	b = strconv.AppendInt(b, pkg.Size, 10)
-	b = append(b, "\nMD5sum: "...)
-	b = append(b, pkg.MD5sum...)
-	b = append(b, "\nSHA1: "...)
-	b = append(b, pkg.SHA1...)
-	b = append(b, "\nSHA256: "...)
-	b = append(b, pkg.SHA256...)
-	b = append(b, "\nSHA512: "...)
-	b = append(b, pkg.SHA512...)
+	// The weak and the long digests only when the build computed them
+	// (Options.AllDigests): apt verifies with SHA256.
+	for _, d := range []struct{ field, sum string }{
+		{"MD5sum", pkg.MD5sum}, {"SHA1", pkg.SHA1}, {"SHA256", pkg.SHA256}, {"SHA512", pkg.SHA512},
+	} {
+		if d.sum != "" {
+			b = append(b, "\n"+d.field+": "...)
+			b = append(b, d.sum...)
+		}
+	}
 	b = append(b, '\n')
 	return b
 }
@@ -111,7 +113,7 @@ type indexFile struct {
 // Valid-Until (nodes live longer than any sensible expiry), no Suite or
 // Codename (a flat source names no suite) and no Components (apt rejects
 // them on a flat repository).
-func releaseFile(origin, label string, date time.Time, archs []string, files []indexFile) []byte {
+func releaseFile(origin, label string, date time.Time, archs []string, files []indexFile, allDigests bool) []byte {
 	var b strings.Builder
 	if origin != "" {
 		fmt.Fprintf(&b, "Origin: %s\n", origin)
@@ -123,16 +125,17 @@ func releaseFile(origin, label string, date time.Time, archs []string, files []i
 	if len(archs) > 0 {
 		fmt.Fprintf(&b, "Architectures: %s\n", strings.Join(archs, " "))
 	}
-	// MD5Sum and SHA1 are kept for older tools that still read them; apt
-	// ignores them as too weak and relies on SHA256 and SHA512.
+	// apt requires and verifies SHA256. MD5Sum and SHA1, which apt ignores
+	// as too weak, and SHA512 are for older tools that still read them.
 	sums := []struct {
 		field string
 		new   func() hash.Hash
-	}{
-		{"MD5Sum", md5.New},
-		{"SHA1", sha1.New},
-		{"SHA256", sha256.New},
-		{"SHA512", sha512.New},
+	}{{"SHA256", sha256.New}}
+	if allDigests {
+		sums = []struct {
+			field string
+			new   func() hash.Hash
+		}{{"MD5Sum", md5.New}, {"SHA1", sha1.New}, {"SHA256", sha256.New}, {"SHA512", sha512.New}}
 	}
 	for _, s := range sums {
 		fmt.Fprintf(&b, "%s:\n", s.field)

@@ -118,6 +118,7 @@ func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
 	res, err := aptrepo.Build(ctx, aptrepo.Options{
 		DebDir: in.DebDir, Out: in.OutDir, Placement: aptrepo.IndexOnly,
 		Origin: origin, Label: label, Date: in.Date, Signer: signer,
+		AllDigests: s.Repo.AllDigests,
 	})
 	if err != nil {
 		return nil, err

@@ -186,6 +186,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			SourcesFile: o.RepoSourcesFile,
 			SigningKey:  o.SigningKey,
 			Passphrase:  o.PassphraseEnv,
+			AllDigests:  o.RepoAllDigests,
 			OutputDir:   o.OutputDir,
 			ModuleCert:  p.ModuleSigning.CertDER,
 			ExposePath:  o.RepoExposePath,

@@ -66,6 +66,7 @@ type Options struct {
 	RepoPackages      []string // templates; nil means the distro's default
 	RepoClosure       string
 	RepoExtraPackages []string
+	RepoAllDigests    bool
 	SigningKey        string
 	PassphraseEnv     string
 	RepoKeyring       string

@@ -298,7 +298,9 @@ type BakeRepo struct {
 	SourcesFile bool // also write SourcesPath in the image
 	SigningKey  string
 	Passphrase  string // environment variable name
-	OutputDir   string // host-side artifacts
+	// AllDigests adds MD5, SHA1 and SHA512 to the index (apt needs SHA256).
+	AllDigests bool   `json:",omitempty"`
+	OutputDir  string // host-side artifacts
 	// ExposePath is where the repository is bound read-only at boot for the
 	// GPU Operator's driver container ("" for nowhere); the ConfigMap's
 	// sources point there.
@@ -445,8 +447,12 @@ func (a BakeRepo) describe() string {
 			key += " (passphrase from $" + a.Passphrase + ")"
 		}
 	}
-	s := fmt.Sprintf("bake repo %s: packages %s; closure %s; signed with %s; keyring %s; host artifacts in %s",
-		a.Dir, strings.Join(a.Packages, " "), closure, key, a.Keyring, a.OutputDir)
+	digests := "SHA256"
+	if a.AllDigests {
+		digests = "MD5, SHA1, SHA256, SHA512"
+	}
+	s := fmt.Sprintf("bake repo %s: packages %s; closure %s; signed with %s; digests %s; keyring %s; host artifacts in %s",
+		a.Dir, strings.Join(a.Packages, " "), closure, key, digests, a.Keyring, a.OutputDir)
 	if a.SourcesFile {
 		s += "; sources file " + a.SourcesPath()
 	}

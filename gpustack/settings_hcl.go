@@ -58,6 +58,8 @@ type Settings struct {
 	LocalRepoClosure *string `mapstructure:"local_repo_closure" required:"false"`
 	// More packages to bake into the repository. Environment: `LOCAL_REPO_EXTRA_PACKAGES`; default: (none).
 	LocalRepoExtraPackages []string `mapstructure:"local_repo_extra_packages" required:"false"`
+	// Digests in the repository's Packages and Release: sha256, which apt requires and verifies, or all to add MD5, SHA1 and SHA512 for older consumers. Environment: `LOCAL_REPO_DIGESTS`; default: sha256.
+	LocalRepoDigests *string `mapstructure:"local_repo_digests" required:"false"`
 	// Armored OpenPGP private key file on the build host that signs the repository. Environment: `LOCAL_REPO_SIGNING_KEY`; default: a fresh Ed25519 key per build whose private half is discarded.
 	LocalRepoSigningKey *string `mapstructure:"local_repo_signing_key" required:"false"`
 	// Name of the environment variable that holds the signing key's passphrase. Environment: `LOCAL_REPO_PASSPHRASE_ENV`; default: (none).
@@ -158,6 +160,9 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.LocalRepoExtraPackages != nil {
 		m["local_repo_extra_packages"] = Raw{Values: s.LocalRepoExtraPackages, IsList: true}
+	}
+	if s.LocalRepoDigests != nil {
+		m["local_repo_digests"] = Scalar(*s.LocalRepoDigests)
 	}
 	if s.LocalRepoSigningKey != nil {
 		m["local_repo_signing_key"] = Scalar(*s.LocalRepoSigningKey)

@@ -44,6 +44,7 @@ type FlatConfig struct {
 	LocalRepoPackages                 []string          `mapstructure:"local_repo_packages" required:"false" cty:"local_repo_packages" hcl:"local_repo_packages"`
 	LocalRepoClosure                  *string           `mapstructure:"local_repo_closure" required:"false" cty:"local_repo_closure" hcl:"local_repo_closure"`
 	LocalRepoExtraPackages            []string          `mapstructure:"local_repo_extra_packages" required:"false" cty:"local_repo_extra_packages" hcl:"local_repo_extra_packages"`
+	LocalRepoDigests                  *string           `mapstructure:"local_repo_digests" required:"false" cty:"local_repo_digests" hcl:"local_repo_digests"`
 	LocalRepoSigningKey               *string           `mapstructure:"local_repo_signing_key" required:"false" cty:"local_repo_signing_key" hcl:"local_repo_signing_key"`
 	LocalRepoPassphraseEnv            *string           `mapstructure:"local_repo_passphrase_env" required:"false" cty:"local_repo_passphrase_env" hcl:"local_repo_passphrase_env"`
 	LocalRepoKeyring                  *string           `mapstructure:"local_repo_keyring" required:"false" cty:"local_repo_keyring" hcl:"local_repo_keyring"`
@@ -105,6 +106,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"local_repo_packages":                   &hcldec.AttrSpec{Name: "local_repo_packages", Type: cty.List(cty.String), Required: false},
 		"local_repo_closure":                    &hcldec.AttrSpec{Name: "local_repo_closure", Type: cty.String, Required: false},
 		"local_repo_extra_packages":             &hcldec.AttrSpec{Name: "local_repo_extra_packages", Type: cty.List(cty.String), Required: false},
+		"local_repo_digests":                    &hcldec.AttrSpec{Name: "local_repo_digests", Type: cty.String, Required: false},
 		"local_repo_signing_key":                &hcldec.AttrSpec{Name: "local_repo_signing_key", Type: cty.String, Required: false},
 		"local_repo_passphrase_env":             &hcldec.AttrSpec{Name: "local_repo_passphrase_env", Type: cty.String, Required: false},
 		"local_repo_keyring":                    &hcldec.AttrSpec{Name: "local_repo_keyring", Type: cty.String, Required: false},
