@@ -332,7 +332,7 @@ func TestBuildUpgrade(t *testing.T) {
 		if err == nil {
 			t.Fatalf("no error\n%s", ui.output())
 		}
-		for _, w := range []string{"upgrade: ", `"apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade" exited 100`,
+		for _, w := range []string{"upgrade: ", `"apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold -o Dpkg::Options::=--force-unsafe-io full-upgrade" exited 100`,
 			"progress 20", "E: Sub-process /usr/bin/dpkg returned an error code (1)"} {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("error lacks %q: %v", w, err)

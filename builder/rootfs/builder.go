@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	"github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"github.com/hashicorp/packer-plugin-sdk/packerbuilderdata"
 )
 
 // Builder is the podvm-rootfs builder.
@@ -36,8 +37,13 @@ func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
 	if err := b.config.Prepare(realHost(), raws...); err != nil {
 		return nil, nil, err
 	}
-	return nil, append(b.config.warnings(), b.config.hostProblems(realHost())...), nil
+	return []string{GeneratedChroot}, append(b.config.warnings(), b.config.hostProblems(realHost())...), nil
 }
+
+// GeneratedChroot is the builder's generated variable that tells
+// provisioners their target is this builder's chroot ("true"): the
+// podvm-gpu provisioner then runs dpkg without fsync, as mkosi does.
+const GeneratedChroot = "PodvmChroot"
 
 func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
 	if problems := b.config.hostProblems(b.host()); len(problems) > 0 {
@@ -61,6 +67,7 @@ func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook)
 	state.Put("hook", hook)
 	state.Put("ui", ui)
 	state.Put("session", sess)
+	(&packerbuilderdata.GeneratedData{State: state}).Put(GeneratedChroot, "true")
 
 	runner := commonsteps.NewRunnerWithPauseFn(b.steps(), b.config.PackerConfig, ui, state)
 	runner.Run(ctx, state)

@@ -10,11 +10,12 @@ import (
 
 // upgradeCommands bring the tree up to date with its apt sources. The
 // communicator's environment sets DEBIAN_FRONTEND=noninteractive; the
-// dpkg options keep a changed configuration file without asking. The
-// downloaded packages are not needed once installed.
+// dpkg options keep a changed configuration file without asking, and skip
+// dpkg's fsync calls, as mkosi does: a crash loses only this build's own
+// tree. The downloaded packages are not needed once installed.
 var upgradeCommands = []string{
 	"apt-get -q update",
-	"apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade",
+	"apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold -o Dpkg::Options::=--force-unsafe-io full-upgrade",
 	"apt-get -q clean",
 }
 

@@ -46,6 +46,12 @@ type executor struct {
 	keys map[string][]byte
 	// signerFingerprint loads a signing key file for its fingerprint.
 	signerFingerprint func(path, passphraseEnv string, now time.Time) (string, error)
+	// unsafeIO is the dpkg_unsafe_io setting; dpkgUnsafe says whether
+	// dpkg runs with --force-unsafe-io in this build.
+	unsafeIO   string
+	dpkgUnsafe bool
+	// generated is the builder's generated data.
+	generated map[string]interface{}
 	// moduleCert is the module signing certificate read back from the
 	// image, once.
 	moduleCert []byte
@@ -59,6 +65,9 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
+	if e.dpkgUnsafe, err = e.unsafeDpkg(ctx); err != nil {
+		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
+	}
 	plan, err := gpustack.NewPlan(o, t)
 	if err != nil {
 		return fmt.Errorf("podvm-gpu: planning for %s: %w", t, err)
@@ -126,6 +135,9 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		// The plan's packages are what the image must hold, a held older
 		// version on a rerun included.
 		cmd := aptPrefix + " install --allow-change-held-packages"
+		if e.dpkgUnsafe {
+			cmd += " -o Dpkg::Options::=--force-unsafe-io"
+		}
 		if a.NoRecommends {
 			cmd += " --no-install-recommends"
 		}

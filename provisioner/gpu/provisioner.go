@@ -58,6 +58,12 @@ type Config struct {
 	// retries. (Packer's own `max_retries` reruns the whole provisioner,
 	// DKMS build included, and never reaches the plugin.)
 	TransferRetries *int `mapstructure:"transfer_retries" required:"false"`
+	// Whether dpkg skips its fsync calls (--force-unsafe-io), as mkosi's
+	// builds do: auto (the default) does so only where the target is a
+	// chroot of the podvm-rootfs builder, whose files a crash would
+	// discard with the build anyway; yes also anywhere else, a live
+	// machine included; no never.
+	DpkgUnsafeIO string `mapstructure:"dpkg_unsafe_io" required:"false"`
 
 	ctx interpolate.Context
 }
@@ -105,6 +111,9 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	if c.RemoteFolder == "" {
 		c.RemoteFolder = "/tmp"
 	}
+	if c.DpkgUnsafeIO == "" {
+		c.DpkgUnsafeIO = "auto"
+	}
 	p.retries = 3
 	if c.TransferRetries != nil {
 		p.retries = *c.TransferRetries
@@ -123,6 +132,11 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	}
 	if !strings.HasPrefix(c.RemoteFolder, "/") || strings.ContainsAny(c.RemoteFolder, "'\"\\$` \t\n") {
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("remote_folder: %q must be an absolute path without spaces, quotes or $", c.RemoteFolder))
+	}
+	switch c.DpkgUnsafeIO {
+	case "auto", "yes", "no":
+	default:
+		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("dpkg_unsafe_io: %q; allowed: auto, yes, no", c.DpkgUnsafeIO))
 	}
 	if p.retries < 0 {
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("transfer_retries: %d is negative; allowed: 0 (no retries) or more", p.retries))
@@ -203,5 +217,7 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 		e.indexer = bake.IndexRepo
 	}
 	e.signerFingerprint = bake.SignerFingerprint
+	e.unsafeIO = p.config.DpkgUnsafeIO
+	e.generated = generatedData
 	return e.provision(ctx, o)
 }

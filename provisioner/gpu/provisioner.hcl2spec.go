@@ -58,6 +58,7 @@ type FlatConfig struct {
 	Env                               map[string]string `mapstructure:"env" required:"false" cty:"env" hcl:"env"`
 	RemoteFolder                      *string           `mapstructure:"remote_folder" required:"false" cty:"remote_folder" hcl:"remote_folder"`
 	TransferRetries                   *int              `mapstructure:"transfer_retries" required:"false" cty:"transfer_retries" hcl:"transfer_retries"`
+	DpkgUnsafeIO                      *string           `mapstructure:"dpkg_unsafe_io" required:"false" cty:"dpkg_unsafe_io" hcl:"dpkg_unsafe_io"`
 }
 
 // FlatMapstructure returns a new FlatConfig.
@@ -120,6 +121,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"env":                                   &hcldec.AttrSpec{Name: "env", Type: cty.Map(cty.String), Required: false},
 		"remote_folder":                         &hcldec.AttrSpec{Name: "remote_folder", Type: cty.String, Required: false},
 		"transfer_retries":                      &hcldec.AttrSpec{Name: "transfer_retries", Type: cty.Number, Required: false},
+		"dpkg_unsafe_io":                        &hcldec.AttrSpec{Name: "dpkg_unsafe_io", Type: cty.String, Required: false},
 	}
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -100,10 +101,14 @@ func TestSmokeChroot(t *testing.T) {
 		}
 		ui := &testUi{t: t}
 		start := time.Now()
-		if err := p.Provision(context.Background(), ui, comm, nil); err != nil {
+		// As the podvm-rootfs builder generates it for its chroot.
+		if err := p.Provision(context.Background(), ui, comm, map[string]interface{}{generatedChroot: "true"}); err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}
 		t.Logf("run %d took %s", run, time.Since(start).Round(time.Second))
+		if !slices.ContainsFunc(ui.said, func(s string) bool { return strings.Contains(s, "the target is the podvm-rootfs chroot") }) {
+			t.Errorf("run %d: the provisioner did not see that its target is a chroot", run)
+		}
 		// The second run resolves the same .debs, so it must keep the
 		// repository as signed: a re-signed one would have a new InRelease.
 		got, err := os.ReadFile(filepath.Join(root, "opt/local-packages/InRelease"))
@@ -121,10 +126,11 @@ func TestSmokeChroot(t *testing.T) {
 // testUi logs what the provisioner says; nothing else is used.
 type testUi struct {
 	packersdk.Ui
-	t *testing.T
+	t    *testing.T
+	said []string
 }
 
-func (u *testUi) Say(s string)     { u.t.Log(s) }
+func (u *testUi) Say(s string)     { u.said = append(u.said, s); u.t.Log(s) }
 func (u *testUi) Message(s string) { u.t.Log(s) }
 func (u *testUi) Error(s string)   { u.t.Log("error: " + s) }
 

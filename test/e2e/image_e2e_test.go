@@ -120,6 +120,11 @@ func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []stri
 		t.Fatalf("packer build: %v; its whole output:\n%s", err, out.String())
 	}
 	assertRootfsClean(t, rootfs)
+	// The builder tells the provisioner its target is a chroot (generated
+	// data through packer), so dpkg ran without fsync, as in mkosi.
+	if !strings.Contains(out.String(), "the target is the podvm-rootfs chroot: dpkg runs without fsync") {
+		t.Error("the provisioner did not learn from the builder that its target is a chroot")
+	}
 	return rootfs, arts
 }
 
