@@ -127,6 +127,13 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		p.KernelPackages = []string{image, headers}
 		p.BootPackages = r.family.bootPackages()
 		p.KernelCmdline = KernelCmdline
+		if t.Mirror != "" {
+			archive, err := ArchiveSources(t, t.Mirror, t.SecurityMirror)
+			if err != nil {
+				return nil, err
+			}
+			p.Archive = archive
+		}
 	}
 	if idle := o.Idle(); idle != "" {
 		p.Idle = idle

@@ -41,6 +41,9 @@ type Plan struct {
 	// Installed are dpkg name patterns: the installed packages they match
 	// are the GPU stack the manifest lists, whichever back end built it.
 	Installed []string
+	// Archive are the distro archive's sources a generator installs the
+	// image from (Target.Mirror); nil for an image that has its own.
+	Archive []AptSource
 	// Repo is the repository to bake, the same action the plan's
 	// local-repo step carries; nil for none.
 	Repo *BakeRepo
@@ -506,6 +509,9 @@ func (p *Plan) Text() string {
 	}
 	if len(p.BootPackages) > 0 {
 		fmt.Fprintf(&b, "boot packages: %s\nkernel command line: %s\n", strings.Join(p.BootPackages, " "), p.KernelCmdline)
+	}
+	for _, a := range p.Archive {
+		fmt.Fprintf(&b, "archive: %s %s\n", a.URI, strings.Join(a.Suites, " "))
 	}
 	if len(p.KernelPackages) > 0 {
 		fmt.Fprintf(&b, "kernel packages: %s\n", strings.Join(p.KernelPackages, " "))

@@ -21,6 +21,11 @@ type Target struct {
 	// single symbolic kernel KernelPlaceholder, which the back end expands
 	// at build time from the image's /usr/lib/modules.
 	KernelsAtBuildTime bool
+	// Mirror and SecurityMirror are the archives a generator installs the
+	// image from (the mirror policy, aptsource.Pick, settles them); the
+	// plan turns them into its Archive. An image that exists already has
+	// its own sources and leaves them empty.
+	Mirror, SecurityMirror string
 }
 
 // KernelPlaceholder stands for each targeted kernel when KernelsAtBuildTime.

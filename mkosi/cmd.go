@@ -91,6 +91,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 2
 	}
+	t.Mirror, t.SecurityMirror = archive, security
 	plan, err := gpustack.NewPlan(res.Options, t)
 	if err != nil {
 		fmt.Fprintln(stderr, "mkosi:", err)
@@ -105,7 +106,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 1
 		}
 	}
-	files, err := Render(ctx, Config{Plan: plan, Mirror: archive, SecurityMirror: security, Bin: *bin})
+	files, err := Render(ctx, Config{Plan: plan, Bin: *bin})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -55,7 +55,7 @@ func TestModuleKeyTree(t *testing.T) {
 		"nvidia_module_signing_cert":            certFile,
 		"nvidia_module_signing_passphrase_env":  "MODPASS",
 	})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: bin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: bin, HTTPClient: noNetwork})
 	must(err)
 	var conf, postinst string
 	for _, f := range files {

@@ -33,11 +33,6 @@ const MinimumVersion = "25"
 type Config struct {
 	// Plan must target build-time kernels (Target.KernelsAtBuildTime).
 	Plan *gpustack.Plan
-	// Mirror is the distro archive the sandbox sources list (required: no
-	// archive host is built in; the CLI takes the build host's from
-	// /etc/apt). SecurityMirror serves the release's -security suite; empty
-	// leaves that suite out of the build.
-	Mirror, SecurityMirror string
 	// Bin is the host path of packer-plugin-podvm: the post-installation
 	// script runs it to index and sign the local repository.
 	Bin string
@@ -86,9 +81,9 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	if !ok {
 		return nil, fmt.Errorf("mkosi: unsupported architecture %q; supported: amd64, arm64", t.Arch)
 	}
-	archive, err := gpustack.ArchiveSources(t, c.Mirror, c.SecurityMirror)
-	if err != nil {
-		return nil, fmt.Errorf("mkosi: %w", err)
+	archive := p.Archive
+	if len(archive) == 0 {
+		return nil, fmt.Errorf("mkosi: the plan has no archive for %s: give the target a mirror (Target.Mirror); no default archive is built in", t)
 	}
 
 	r := &renderer{c: c, p: p, files: tree{}}

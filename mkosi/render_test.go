@@ -45,7 +45,12 @@ var treeCases = []treeCase{
 func plan(t *testing.T, distro, release string, settings map[string]string) *gpustack.Plan {
 	t.Helper()
 	explicit := map[string]gpustack.Raw{}
+	var security string
 	for k, v := range settings {
+		if k == securityMirrorKey {
+			security = v
+			continue
+		}
 		explicit[k] = gpustack.Scalar(v)
 	}
 	res, err := gpustack.Resolve(gpustack.Input{Explicit: explicit, ExplicitFrom: gpustack.FromFlag,
@@ -58,6 +63,7 @@ func plan(t *testing.T, distro, release string, settings map[string]string) *gpu
 		t.Fatal(err)
 	}
 	tg.KernelsAtBuildTime = true
+	tg.Mirror, tg.SecurityMirror = exampleMirror(distro), security
 	p, err := gpustack.NewPlan(res.Options, tg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,13 +78,17 @@ func (c treeCase) render(t *testing.T, bin string) []File {
 		// A local key file: the tests never reach NVIDIA.
 		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
 	}
-	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, HTTPClient: noNetwork,
-		Mirror: exampleMirror(c.distro), SecurityMirror: exampleMirror(c.distro) + "-security"})
+	settings[securityMirrorKey] = exampleMirror(c.distro) + "-security"
+	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, HTTPClient: noNetwork})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return files
 }
+
+// securityMirrorKey in plan's settings is the target's security mirror,
+// not a setting.
+const securityMirrorKey = "(security mirror)"
 
 // exampleMirror is a made-up archive mirror: the trees and tests name no
 // real archive host and do not read the host's apt configuration.
@@ -152,7 +162,7 @@ func TestStepTitles(t *testing.T) {
 	c := treeCases[0]
 	p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": "yes",
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,24 +191,26 @@ func TestRenderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(key), Mirror: exampleMirror("debian")}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(key)}); err == nil ||
 		!strings.Contains(err.Error(), "no key with fingerprint") {
 		t.Errorf("wrong key: got %v, want a fingerprint error", err)
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork}); err == nil ||
 		!strings.Contains(err.Error(), "offline builds") {
 		t.Errorf("unreachable key: got %v, want a hint about a local key file", err)
 	}
 	p = plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "nvidia_container_toolkit": "no"})
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: "relative/bin", HTTPClient: noNetwork}); err == nil {
 		t.Error("relative binary path: want an error")
 	}
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork}); err == nil ||
-		!strings.Contains(err.Error(), "mirror: required") {
-		t.Errorf("no mirror: got %v, want a \"mirror: required\" error", err)
+	noArchive := *p
+	noArchive.Archive = nil
+	if _, err := Render(context.Background(), Config{Plan: &noArchive, Bin: goldenBin, HTTPClient: noNetwork}); err == nil ||
+		!strings.Contains(err.Error(), "give the target a mirror") {
+		t.Errorf("no mirror: got %v, want a \"give the target a mirror\" error", err)
 	}
 	p.Target.KernelsAtBuildTime = false
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")}); err == nil {
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork}); err == nil {
 		t.Error("plan with known kernels: want an error")
 	}
 }
@@ -207,10 +219,10 @@ func TestRenderErrors(t *testing.T) {
 // and leave the security suite out without a security mirror, in the
 // top-level list and in the profile's (which adds components).
 func TestSandboxSources(t *testing.T) {
-	p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes",
-		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
 	for _, sec := range []string{"", "http://security.example/debian-security"} {
-		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: "http://mirror.example/debian/", SecurityMirror: sec})
+		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", securityMirrorKey: sec,
+			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +297,7 @@ func TestVerifyRepoClosure(t *testing.T) {
 	for closure, want := range map[string]string{"full": " full 'linux-headers-{kernel}'\n", "none": " partial 'linux-headers-{kernel}'\n"} {
 		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "local_repo_closure": closure,
 			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
-		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, Mirror: exampleMirror("debian")})
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +407,7 @@ func TestFetchedKey(t *testing.T) {
 	}
 
 	p, keyringPath := withKeyURL("https://keys.example/gpgkey")
-	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served), Mirror: exampleMirror("debian")})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +427,7 @@ func TestFetchedKey(t *testing.T) {
 	}
 
 	p, _ = withKeyURL("http://keys.example/gpgkey")
-	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served), Mirror: exampleMirror("debian")}); err == nil ||
+	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served)}); err == nil ||
 		!strings.Contains(err.Error(), "https") {
 		t.Errorf("http key URL: got %v, want it refused", err)
 	}
