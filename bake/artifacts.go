@@ -57,9 +57,21 @@ type Manifest struct {
 // ModuleSigning records the signer every NVIDIA module carries and the
 // certificate to enroll; never a private key, which no build keeps.
 type ModuleSigning struct {
-	Mode       string `json:"mode"`                  // ephemeral or none
+	Mode       string `json:"mode"`                  // ephemeral, key or none
 	Signer     string `json:"signer,omitempty"`      // modinfo's signer
 	CertSHA256 string `json:"cert_sha256,omitempty"` // of the DER certificate
+	// Modules are the signed modules, each as modinfo read it after
+	// signing.
+	Modules []ModuleSignature `json:"modules,omitempty"`
+}
+
+// ModuleSignature is one signed module of one kernel.
+type ModuleSignature struct {
+	Kernel   string `json:"kernel"`
+	File     string `json:"file"`
+	Signer   string `json:"signer"`
+	SigKey   string `json:"sig_key"` // the signing key's id (the certificate's serial)
+	HashAlgo string `json:"sig_hashalgo"`
 }
 
 // CertSHA256 is the fingerprint the manifest records for a DER

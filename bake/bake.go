@@ -142,6 +142,8 @@ type ImageState struct {
 	// ModuleCert is the module signing certificate (DER) in the image; nil
 	// when the build signed no module.
 	ModuleCert []byte
+	// ModuleSignatures is the image's gpustack.ModuleSignatures.
+	ModuleSignatures []byte
 }
 
 // Manifest is the manifest of the image as it is: the plan's part, then
@@ -186,6 +188,9 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 				if cert, err := x509.ParseCertificate(st.ModuleCert); err == nil && sig.Signer == "" {
 					sig.Signer = ModuleSigner(cert)
 				}
+			}
+			if sig.Modules, err = parseSignatures(st.ModuleSignatures); err != nil {
+				return m, err
 			}
 			gpu.ModuleSigning = &sig
 		}
@@ -313,6 +318,9 @@ func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
 		if st.ModuleCert, err = os.ReadFile(in(c)); err != nil {
 			return nil, fmt.Errorf("the module signing certificate: %w", err)
 		}
+		if st.ModuleSignatures, err = os.ReadFile(in(gpustack.ModuleSignatures)); err != nil {
+			return nil, fmt.Errorf("the module signatures: %w", err)
+		}
 	}
 	m, err := s.Manifest(NewRepo(s.Repo.Dir, s.Repo.Keyring, idx.Fingerprint, idx.Packages), st, t.Date)
 	if err != nil {
@@ -331,4 +339,21 @@ func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
 		}
 	}
 	return idx, nil
+}
+
+// parseSignatures reads gpustack.ModuleSignatures: per line kernel, file,
+// signer, key id and hash, tab-separated.
+func parseSignatures(data []byte) ([]ModuleSignature, error) {
+	var out []ModuleSignature
+	for i, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		f := strings.Split(l, "\t")
+		if len(f) != 5 || f[0] == "" || f[1] == "" || f[2] == "" {
+			return nil, fmt.Errorf("%s:%d: not kernel, file, signer, key id and hash: %q", gpustack.ModuleSignatures, i+1, l)
+		}
+		out = append(out, ModuleSignature{Kernel: f[0], File: f[1], Signer: f[2], SigKey: f[3], HashAlgo: f[4]})
+	}
+	return out, nil
 }

@@ -133,6 +133,10 @@ func TestInTree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "usr/share/podvm-gpu/module-signing.der"), testCert(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	sigs := "6.12.57+deb13-amd64\t/usr/lib/modules/6.12.57+deb13-amd64/updates/dkms/nvidia-current.ko.xz\tpodvm-gpu ephemeral module signing key\t1F:2E\tsha256\n"
+	if err := os.WriteFile(filepath.Join(root, "usr/share/podvm-gpu/module-signatures.tsv"), []byte(sigs), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	idx, err := s.InTree(context.Background(), Tree{Root: root, Kernels: []string{"6.12.57+deb13-amd64"}, Date: time.Unix(1700000000, 0), ArtifactsDir: arts})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +169,11 @@ func TestInTree(t *testing.T) {
 	if m.GPU.DriverVersion != "550.163.01-2" || m.GPU.ModuleSigning.CertSHA256 == "" {
 		t.Errorf("gpu: %+v", m.GPU)
 	}
+	want := []ModuleSignature{{Kernel: "6.12.57+deb13-amd64", File: "/usr/lib/modules/6.12.57+deb13-amd64/updates/dkms/nvidia-current.ko.xz",
+		Signer: "podvm-gpu ephemeral module signing key", SigKey: "1F:2E", HashAlgo: "sha256"}}
+	if !slices.Equal(m.GPU.ModuleSigning.Modules, want) {
+		t.Errorf("module signatures %+v, want %+v", m.GPU.ModuleSigning.Modules, want)
+	}
 	filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error {
 		if strings.Contains(filepath.Base(p), ".podvm-tmp") || strings.HasPrefix(filepath.Base(p), ".manifest.json.") {
 			t.Errorf("temporary file left in the image: %s", p)
@@ -181,4 +190,17 @@ func testCert(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func TestParseSignatures(t *testing.T) {
+	if _, err := parseSignatures([]byte("k\tf\ts\tid\n")); err == nil || !strings.Contains(err.Error(), "module-signatures.tsv:1") {
+		t.Errorf("four fields: %v", err)
+	}
+	if _, err := parseSignatures([]byte("k\tf\t\tid\tsha256\n")); err == nil {
+		t.Error("no signer: accepted")
+	}
+	got, err := parseSignatures(nil)
+	if err != nil || got != nil {
+		t.Errorf("empty: %v %v", got, err)
+	}
 }

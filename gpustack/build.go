@@ -96,6 +96,10 @@ const (
 	// or checked against modinfo's signer.
 	moduleCertDER = "/usr/share/podvm-gpu/module-signing.der"
 	moduleCertPEM = "/usr/share/podvm-gpu/module-signing.pem"
+	// ModuleSignatures lists each signed module's signature as modinfo
+	// reads it (kernel, file, signer, key id, hash), tab-separated; the
+	// signing step writes it beside the certificate.
+	ModuleSignatures = "/usr/share/podvm-gpu/module-signatures.tsv"
 	// moduleSigner is the certificate's subject, which modinfo reports
 	// as each module's signer.
 	moduleSigner   = "podvm-gpu ephemeral module signing key"

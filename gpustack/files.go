@@ -208,6 +208,14 @@ mkdir -p "$(dirname "$der")" "$(dirname "$pem")"
 install -m 0644 -o root -g root "$dir/cert.der" "$der"
 openssl x509 -inform DER -in "$der" -out "$dir/cert.pem"
 install -m 0644 -o root -g root "$dir/cert.pem" "$pem"
+# What each module carries now, as modinfo reads it, for the manifest:
+# kernel, file, signer, signing key id, hash.
+for k; do
+	for f in $(modules "$k"); do
+		printf '%s\t%s\t%s\t%s\t%s\n' "$k" "$f" "$(modinfo -F signer "$f")" "$(modinfo -F sig_key "$f")" "$(modinfo -F sig_hashalgo "$f")"
+	done
+done >"$dir/signatures"
+install -m 0644 -o root -g root "$dir/signatures" "${der%/*}/module-signatures.tsv"
 echo "signed $n NVIDIA modules of kernels $* ($hash, signer '$subject') with a key that was never written to the image; certificate $der"
 `
 

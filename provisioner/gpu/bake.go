@@ -270,6 +270,11 @@ func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time
 		if st.ModuleCert, err = e.readModuleCert(ctx); err != nil {
 			return bake.Manifest{}, err
 		}
+		sigs, err := e.r.query(ctx, "cat "+shellQuote(gpustack.ModuleSignatures))
+		if err != nil {
+			return bake.Manifest{}, fmt.Errorf("reading the module signatures: %w", err)
+		}
+		st.ModuleSignatures = []byte(sigs)
 	}
 	return e.spec.Manifest(repo, st, date)
 }

@@ -45,7 +45,8 @@ func debian13() *fakeImage {
 		osRelease: "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"13\"\nVERSION=\"13 (trixie)\"\nVERSION_CODENAME=trixie\nID=debian\n",
 		arch:      "amd64",
 		kernels:   []string{"6.12.57+deb13-amd64"},
-		files:     map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert()},
+		files: map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert(),
+			"/usr/share/podvm-gpu/module-signatures.tsv": []byte("6.12.57+deb13-amd64\t/usr/lib/modules/6.12.57+deb13-amd64/updates/dkms/nvidia-current.ko.xz\tpodvm-gpu ephemeral module signing key\t5A:0F\tsha256\n")},
 		sources: map[string]string{
 			"/etc/apt/sources.list": "deb http://mirror.example/debian trixie main\n" +
 				"deb http://mirror.example/debian trixie-updates main\n" +
@@ -69,7 +70,8 @@ func ubuntu2404() *fakeImage {
 		osRelease: "PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n",
 		arch:      "amd64",
 		kernels:   []string{"6.8.0-1028-azure"},
-		files:     map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert()},
+		files: map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert(),
+			"/usr/share/podvm-gpu/module-signatures.tsv": []byte("6.8.0-1028-azure\t/usr/lib/modules/6.8.0-1028-azure/updates/dkms/nvidia.ko.zst\tpodvm-gpu ephemeral module signing key\t5A:0F\tsha256\n")},
 		sources: map[string]string{
 			"/etc/apt/sources.list.d/ubuntu.sources": "Types: deb\nURIs: http://ubuntu.mirror.example/ubuntu/\nSuites: noble noble-updates noble-backports\n" +
 				"Components: main restricted universe multiverse\nSigned-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n\n" +
@@ -215,6 +217,11 @@ func (c *fakeComm) answer(inner string) (string, int) {
 		return b.String(), 0
 	case inner == "cat /var/lib/dpkg/status":
 		return img.dpkgStatus(), 0
+	case strings.HasPrefix(inner, "cat '") && strings.HasSuffix(inner, "'"):
+		if data, ok := img.files[strings.Trim(strings.TrimPrefix(inner, "cat "), "'")]; ok {
+			return string(data), 0
+		}
+		return "", 1
 	case strings.Contains(inner, `for f in *.deb`):
 		return strings.Join(sortedKeys(img.debs), "\n") + "\n", 0
 	}

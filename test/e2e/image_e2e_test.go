@@ -487,6 +487,9 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		}
 		if m.GPU != nil && m.GPU.ModuleSigning != nil {
 			m.GPU.ModuleSigning.CertSHA256 = ""
+			for i := range m.GPU.ModuleSigning.Modules {
+				m.GPU.ModuleSigning.Modules[i].SigKey = "" // each build its own key
+			}
 		}
 		return m
 	}
@@ -508,10 +511,10 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 			t.Fatalf("%s: no module_signing in the manifest", root)
 		}
 		ms := *m.GPU.ModuleSigning
-		ms.CertSHA256 = ""
+		ms.CertSHA256, ms.Modules = "", nil // each build its own key; the modules by the manifests above
 		return ms
 	}
-	if a, b := signing(packerRoot), signing(mkosiRoot); a != b {
+	if a, b := signing(packerRoot), signing(mkosiRoot); !reflect.DeepEqual(a, b) {
 		t.Errorf("module signing differs: packer %+v, mkosi %+v", a, b)
 	}
 	repoSet := func(root, kver string) []string {
@@ -684,6 +687,19 @@ func checkModuleSigning(t *testing.T, rootfs, arts, kver string) {
 		}
 	}
 	t.Logf("%d NVIDIA modules signed by %q, certificate sha256 %s", len(mods), cert.Subject.CommonName, bake.CertSHA256(der))
+	// The manifest lists every one of them, with this certificate's key.
+	var listed []string
+	for _, ms := range m.GPU.ModuleSigning.Modules {
+		listed = append(listed, ms.File)
+		if ms.Kernel != kver || ms.Signer != cert.Subject.CommonName || ms.SigKey == "" || ms.HashAlgo != "sha256" {
+			t.Errorf("manifest module %+v", ms)
+		}
+	}
+	slices.Sort(listed)
+	slices.Sort(mods)
+	if !slices.Equal(listed, mods) {
+		t.Errorf("manifest lists modules %v, the image has %v", listed, mods)
+	}
 	// The distribution's modules are untouched: still what dpkg installed.
 	pristine, err := keyscan.DpkgPristine(rootfs)
 	must(t, err)
