@@ -183,6 +183,16 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	// Before the bake, whose manifest records what is held.
+	if o.HoldPackages {
+		holds := HoldPackages{Kernels: kernels, Packages: holdPatterns(p, f, o)}
+		p.Holds = &holds
+		what := "kernel"
+		if o.EnableGPU {
+			what = "kernel, driver and toolkit"
+		}
+		p.add("hold", "Holding the "+what+" packages, so an apt upgrade keeps image and repository matched", holds)
+	}
 	if o.RepoEnabled() {
 		templates := o.RepoPackages
 		if templates == nil {
@@ -213,15 +223,6 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 				WriteFile{Path: "/etc/systemd/system/" + unit, Mode: modeFile, Owner: "root:root", Content: exposeMountUnit(o.RepoPath, e)},
 				EnableUnits{Units: []string{unit}})
 		}
-	}
-	if o.HoldPackages {
-		holds := HoldPackages{Kernels: kernels, Packages: holdPatterns(p, f, o)}
-		p.Holds = &holds
-		what := "kernel"
-		if o.EnableGPU {
-			what = "kernel, driver and toolkit"
-		}
-		p.add("hold", "Holding the "+what+" packages, so an apt upgrade keeps image and repository matched", holds)
 	}
 	if o.Verify {
 		var checks []Action
