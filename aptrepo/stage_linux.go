@@ -1,3 +1,5 @@
+//go:build !podvm_nonlinux
+
 package aptrepo
 
 import (

@@ -92,8 +92,9 @@ func (c *Communicator) Start(ctx context.Context, rc *packersdk.RemoteCmd) error
 	cmd.Stdout = orDiscard(rc.Stdout)
 	cmd.Stderr = orDiscard(rc.Stderr)
 	// A process group of its own lets cancellation reach the command's
-	// children too; Pdeathsig stops the command if this process dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// children too; on Linux, Pdeathsig stops the command if this process
+	// dies (procattr_linux.go).
+	cmd.SysProcAttr = procAttr()
 	cmd.Cancel = func() error {
 		// SIGKILL at once: the build is being abandoned, and a grace period
 		// would only delay unmounting the tree.

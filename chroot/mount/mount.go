@@ -19,7 +19,7 @@ type Mount struct {
 	Source string
 	Target string // absolute host path
 	FSType string
-	Flags  uintptr
+	Flags  uintptr // Bind, ReadOnly, NoSuid, NoDev, NoExec
 	Data   string
 	// Private makes the new mount private right after it is made. A bind of
 	// a shared mount (the host's /dev under systemd) joins its peer group,
@@ -29,7 +29,7 @@ type Mount struct {
 }
 
 func (m Mount) String() string {
-	if m.Flags&syscall.MS_BIND != 0 {
+	if m.Flags&Bind != 0 {
 		return fmt.Sprintf("%s (bind of %s)", m.Target, m.Source)
 	}
 	return fmt.Sprintf("%s (%s)", m.Target, m.FSType)
@@ -56,20 +56,20 @@ type Stack struct {
 func (s *Stack) Mount(m Mount) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := syscall.Mount(m.Source, m.Target, m.FSType, m.Flags, m.Data); err != nil {
+	if err := sysMount(m.Source, m.Target, m.FSType, m.Flags, m.Data); err != nil {
 		return fmt.Errorf("mount %s: %w", m, err)
 	}
 	s.mounts = append(s.mounts, m)
 	if m.Private {
-		if err := syscall.Mount("", m.Target, "", syscall.MS_PRIVATE, ""); err != nil {
+		if err := sysMount("", m.Target, "", msPrivate, ""); err != nil {
 			return fmt.Errorf("make %s private: %w", m.Target, err)
 		}
 	}
 	// A read-only bind needs a remount: MS_RDONLY is ignored on the first
 	// MS_BIND call.
-	if m.Flags&syscall.MS_BIND != 0 && m.Flags&syscall.MS_RDONLY != 0 {
-		flags := syscall.MS_REMOUNT | syscall.MS_BIND | m.Flags&^syscall.MS_REC
-		if err := syscall.Mount("", m.Target, "", flags, ""); err != nil {
+	if m.Flags&Bind != 0 && m.Flags&ReadOnly != 0 {
+		flags := msRemount | Bind | m.Flags&^msRec
+		if err := sysMount("", m.Target, "", flags, ""); err != nil {
 			return fmt.Errorf("remount %s read-only: %w", m.Target, err)
 		}
 	}
@@ -173,7 +173,7 @@ func below(mountpoints []string, dir string) []string {
 func unmount(target string, warn func(string)) error {
 	var err error
 	for i := 0; i <= busyRetries; i++ {
-		err = syscall.Unmount(target, 0)
+		err = sysUnmount(target, false)
 		switch {
 		case err == nil:
 			return nil
@@ -185,7 +185,7 @@ func unmount(target string, warn func(string)) error {
 		}
 		time.Sleep(busyDelay)
 	}
-	if lerr := syscall.Unmount(target, syscall.MNT_DETACH); lerr != nil {
+	if lerr := sysUnmount(target, true); lerr != nil {
 		return fmt.Errorf("unmount %s: %v; lazy unmount: %w", target, err, lerr)
 	}
 	warn(fmt.Sprintf("%s was still busy after %s; detached it lazily (umount -l): it disappears once the last process using it exits",

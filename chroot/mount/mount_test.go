@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,9 +97,9 @@ func TestStackMountsAndUnmountsInReverse(t *testing.T) {
 	}
 	steps := []Mount{
 		{Source: "tmpfs", Target: filepath.Join(root, "run"), FSType: "tmpfs", Data: "mode=0755"},
-		{Source: src, Target: filepath.Join(root, "dev"), Flags: syscall.MS_BIND, Private: true},
+		{Source: src, Target: filepath.Join(root, "dev"), Flags: Bind, Private: true},
 		{Source: "tmpfs", Target: filepath.Join(root, "dev"), FSType: "tmpfs"}, // stacked on the bind
-		{Source: src, Target: filepath.Join(root, "ro"), Flags: syscall.MS_BIND | syscall.MS_RDONLY},
+		{Source: src, Target: filepath.Join(root, "ro"), Flags: Bind | ReadOnly},
 	}
 	for _, m := range steps {
 		if err := s.Mount(m); err != nil {
@@ -117,7 +116,7 @@ func TestStackMountsAndUnmountsInReverse(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "run/inner"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", filepath.Join(root, "run/inner"), "tmpfs", 0, ""); err != nil {
+	if err := sysMount("tmpfs", filepath.Join(root, "run/inner"), "tmpfs", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Unmount(); err != nil {
@@ -177,13 +176,13 @@ func TestSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := syscall.Mount("tmpfs", filepath.Join(root, "a"), "tmpfs", 0, ""); err != nil {
+	if err := sysMount("tmpfs", filepath.Join(root, "a"), "tmpfs", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(filepath.Join(root, "a/b"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", filepath.Join(root, "a/b"), "tmpfs", 0, ""); err != nil {
+	if err := sysMount("tmpfs", filepath.Join(root, "a/b"), "tmpfs", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	found, err := Sweep(root, nil)
