@@ -34,6 +34,9 @@ var _ packersdk.Builder = (*Builder)(nil)
 func (b *Builder) ConfigSpec() hcldec.ObjectSpec { return b.config.FlatMapstructure().HCL2Spec() }
 
 func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
+	if err := checkPlatform(); err != nil {
+		return nil, nil, err
+	}
 	if err := b.config.Prepare(realHost(), raws...); err != nil {
 		return nil, nil, err
 	}

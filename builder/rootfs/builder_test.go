@@ -359,7 +359,7 @@ func TestBuildExistingDirectory(t *testing.T) {
 
 	// A crashed earlier build left a mount; -force replaces the tree, but
 	// only after unmounting it.
-	if err := syscall.Mount("tmpfs", filepath.Join(f.out, "proc"), "tmpfs", 0, ""); err != nil {
+	if err := new(mount.Stack).Mount(mount.Mount{Source: "tmpfs", Target: filepath.Join(f.out, "proc"), FSType: "tmpfs"}); err != nil {
 		t.Fatal(err)
 	}
 	f.builder.config.PackerForce = true
@@ -438,7 +438,7 @@ func TestBuildRecoversFromKilledBuild(t *testing.T) {
 	if err := os.WriteFile(sentinel, []byte("keep\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount(host, filepath.Join(f.out, "dev"), "", syscall.MS_BIND, ""); err != nil {
+	if err := new(mount.Stack).Mount(mount.Mount{Source: host, Target: filepath.Join(f.out, "dev"), Flags: mount.Bind}); err != nil {
 		t.Fatal(err)
 	}
 	// The orphan: a process whose root is the tree, as a chrooted daemon's.
@@ -493,10 +493,11 @@ func TestOtherFileSystem(t *testing.T) {
 	if got, err := otherFileSystem(dir); err != nil || got != "" {
 		t.Fatalf("one file system: %q, %v", got, err)
 	}
-	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, ""); err != nil {
+	tmpfs := new(mount.Stack)
+	if err := tmpfs.Mount(mount.Mount{Source: "tmpfs", Target: sub, FSType: "tmpfs"}); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Unmount(sub, syscall.MNT_DETACH)
+	defer tmpfs.Unmount()
 	if got, err := otherFileSystem(dir); err != nil || got != sub {
 		t.Errorf("tmpfs below: %q, %v; want %s", got, err, sub)
 	}

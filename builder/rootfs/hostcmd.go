@@ -30,7 +30,7 @@ func runHost(ctx context.Context, cmd *exec.Cmd) error {
 		cmd.Stdout = out
 	}
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = hostProcAttr()
 	// Output pipes a leftover grandchild still holds are closed this long
 	// after the command exits, so Wait cannot hang on them.
 	cmd.WaitDelay = termGrace

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
@@ -30,18 +29,18 @@ type chrootMount struct {
 // matters: dev/pts and dev/shm go on top of the /dev bind.
 func chrootMounts() []chrootMount {
 	const (
-		nosuid = syscall.MS_NOSUID
-		nodev  = syscall.MS_NODEV
-		noexec = syscall.MS_NOEXEC
+		nosuid = mount.NoSuid
+		nodev  = mount.NoDev
+		noexec = mount.NoExec
 	)
 	return []chrootMount{
 		{path: "/proc", Mount: mount.Mount{Source: "proc", FSType: "proc", Flags: nosuid | nodev | noexec}},
 		// Read-only: nothing in an image build has business changing the
 		// host kernel's settings through /sys.
-		{path: "/sys", Mount: mount.Mount{Source: "sysfs", FSType: "sysfs", Flags: nosuid | nodev | noexec | syscall.MS_RDONLY}},
+		{path: "/sys", Mount: mount.Mount{Source: "sysfs", FSType: "sysfs", Flags: nosuid | nodev | noexec | mount.ReadOnly}},
 		// The host's device nodes, without its submounts (non-recursive),
 		// made private so the mounts below stay out of the host's /dev.
-		{path: "/dev", Mount: mount.Mount{Source: "/dev", Flags: syscall.MS_BIND, Private: true}},
+		{path: "/dev", Mount: mount.Mount{Source: "/dev", Flags: mount.Bind, Private: true}},
 		// A devpts instance of its own: ptys opened in the chroot do not
 		// show up among the host's.
 		{path: "/dev/pts", onHostDev: true, Mount: mount.Mount{Source: "devpts", FSType: "devpts", Flags: nosuid | noexec,
