@@ -106,7 +106,6 @@ func matches(re *regexp.Regexp, allowed string) checker {
 
 var (
 	checkDriverVersion  = matches(driverVersionRe, `a driver branch such as "550" or an exact version such as "550.163.01"`)
-	checkDebVersion     = matches(debVersionRe, "a whole Debian package version with its revision, such as 1.17.8-1")
 	checkToolkitVersion = checker{
 		ok:      func(s string) bool { return s == "newest" || debVersionRe.MatchString(s) },
 		allowed: "newest, or a whole Debian package version with its revision, such as " + DefaultToolkitVersion,
