@@ -6,6 +6,7 @@ package example_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/example"
 )
 
 const (
@@ -348,5 +350,61 @@ func TestArtifacts(t *testing.T) {
 	checkFlatSource(t, bake.SourcesFile, f)
 	if f["Signed-By"] != keyring {
 		t.Errorf("%s: Signed-By %q, want %s", bake.SourcesFile, f["Signed-By"], keyring)
+	}
+}
+
+// TestCloudProvisionerBlocksIdentical holds the AWS and Azure templates
+// to one podvm-gpu block, byte for byte: the e2e rehearsal of the cloud
+// path (test/e2e) runs the AWS one verbatim, so what it proves holds for
+// both.
+func TestCloudProvisionerBlocksIdentical(t *testing.T) {
+	blocks := map[string]string{}
+	for _, cloud := range []string{"aws", "azure"} {
+		b, err := example.ProvisionerBlock(filepath.Join(cloud, "podvm.pkr.hcl"), "podvm-gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b, `execute_command = "sudo -n sh -c {{.Command}}"`) {
+			t.Errorf("%s: the podvm-gpu block does not run its commands with sudo -n:\n%s", cloud, b)
+		}
+		blocks[cloud] = b
+	}
+	if blocks["aws"] != blocks["azure"] {
+		t.Errorf("the podvm-gpu blocks of aws and azure differ:\naws:\n%s\nazure:\n%s", blocks["aws"], blocks["azure"])
+	}
+}
+
+func TestProvisionerBlock(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name, src, want, err string
+	}{
+		{"one block, comments kept",
+			"build {\n  provisioner \"shell\" {}\n  provisioner \"podvm-gpu\" {\n    # why\n    a = 1\n  }\n}\n",
+			"provisioner \"podvm-gpu\" {\n    # why\n    a = 1\n  }", ""},
+		{"none", "build {\n}\n", "", "0 provisioner"},
+		{"two", "build {\n  provisioner \"podvm-gpu\" {}\n}\nbuild {\n  provisioner \"podvm-gpu\" {}\n}\n", "", "2 provisioner"},
+		{"outside a build block", "provisioner \"podvm-gpu\" {}\n", "", "0 provisioner"},
+		{"syntax error", "build {\n", "", "parsing"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := example.ProvisionerBlock(write(fmt.Sprintf("t%d.pkr.hcl", i), tt.src), "podvm-gpu")
+			switch {
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("error %v, want one with %q", err, tt.err)
+			case tt.err == "" && err != nil:
+				t.Error(err)
+			case got != tt.want:
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
