@@ -47,7 +47,11 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if _, err := e.r.runApt(ctx, downloadCommand(b, newDir)); err != nil {
 		return err
 	}
-	listing, err := e.r.query(ctx, "cd "+shellQuote(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
+	// The .debs travel as the communicator's user, who cannot read what
+	// root wrote under a restrictive umask (sudo's umask, a hardened
+	// image's): the directory is made readable first. The swap sets the
+	// repository's final modes.
+	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellQuote(newDir)+" && cd "+shellQuote(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
 	if err != nil {
 		return fmt.Errorf("listing downloaded packages: %w", err)
 	}
