@@ -1,8 +1,13 @@
 package gpu
 
 import (
+	"context"
+	"errors"
+	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What the cloud path's communicator (SSH, a non-root user, sudo in
@@ -33,5 +38,66 @@ func TestDebsReadableBeforeDownload(t *testing.T) {
 	}
 	if downloads == 0 {
 		t.Fatal("no .deb downloaded")
+	}
+}
+
+// blockingComm is a communicator whose transfers hang, as they do on a
+// stalled link: no Upload or Download takes a context.
+type blockingComm struct {
+	*fakeComm
+	started chan string
+	release chan struct{}
+}
+
+func (c *blockingComm) Upload(path string, r io.Reader, fi *os.FileInfo) error {
+	c.started <- "upload " + path
+	<-c.release
+	return c.fakeComm.Upload(path, r, fi)
+}
+
+func (c *blockingComm) Download(path string, w io.Writer) error {
+	c.started <- "download " + path
+	<-c.release
+	return c.fakeComm.Download(path, w)
+}
+
+// TestTransfersStopOnCancel: a SIGINT (a cancelled context) ends a hung
+// upload or download at once, and a staged upload's path is removed.
+func TestTransfersStopOnCancel(t *testing.T) {
+	tests := []struct {
+		name     string
+		run      func(ctx context.Context, r *runner) error
+		wantCmds []string // what runs in the guest after the cancel
+	}{
+		{"upload", func(ctx context.Context, r *runner) error {
+			_, err := r.stage(ctx, "InRelease", []byte("x"))
+			return err
+		}, []string{"rm -f /tmp/podvm-gpu.test.1.InRelease"}},
+		{"download", func(ctx context.Context, r *runner) error {
+			return r.download(ctx, "/opt/x.deb", func() (io.WriteCloser, error) { return nopCloser{io.Discard}, nil })
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			comm := &blockingComm{fakeComm: newFakeComm(debian13()), started: make(chan string, 1), release: make(chan struct{})}
+			defer close(comm.release)
+			r := testRunner(comm, &countingUi{})
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- tt.run(ctx, r) }()
+			<-comm.started
+			cancel()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("error %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("still waiting for the hung transfer 10s after the cancel")
+			}
+			if strings.Join(comm.cmds, "\n") != strings.Join(tt.wantCmds, "\n") {
+				t.Errorf("guest commands %q, want %q", comm.cmds, tt.wantCmds)
+			}
+		})
 	}
 }

@@ -301,7 +301,7 @@ func (r *runner) stage(ctx context.Context, name string, data []byte) (string, e
 	r.staged++
 	path := fmt.Sprintf("%s/podvm-gpu.%s.%d.%s", r.stageDir, r.runID, r.staged, name)
 	err := r.retry(ctx, "uploading "+path, func() error {
-		return r.comm.Upload(path, bytes.NewReader(data), nil)
+		return transfer(ctx, func() error { return r.comm.Upload(path, bytes.NewReader(data), nil) })
 	})
 	if err == nil {
 		err = ctx.Err()
@@ -338,12 +338,31 @@ func (r *runner) download(ctx context.Context, path string, open func() (io.Writ
 		if err != nil {
 			return err
 		}
-		err = r.comm.Download(path, w)
+		err = transfer(ctx, func() error { return r.comm.Download(path, w) })
 		if cerr := w.Close(); err == nil {
 			err = cerr
 		}
 		return err
 	})
+}
+
+// transfer runs one upload or download and stops waiting for it when ctx
+// ends. No communicator's Upload or Download takes a context, so one held
+// up by a slow or stalled link would keep an interrupted build from ending
+// until the transfer did. Whatever it still writes goes to a path the
+// caller removes (a staged file, a host temporary directory).
+func transfer(ctx context.Context, fn func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // lineWriter splits command output into lines for the build log and keeps
