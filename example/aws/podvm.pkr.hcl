@@ -79,9 +79,10 @@ build {
   sources = ["source.amazon-ebs.ubuntu"]
 
   # cloud-init runs apt on first boot; wait for it so the two do not race
-  # for the dpkg lock.
+  # for the dpkg lock. sh runs the script: /tmp may be mounted noexec.
   provisioner "shell" {
-    inline = ["cloud-init status --wait >/dev/null || true"]
+    execute_command = "{{ .Vars }} sh '{{ .Path }}'"
+    inline          = ["cloud-init status --wait >/dev/null || true"]
   }
 
   provisioner "podvm-gpu" {
