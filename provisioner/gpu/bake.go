@@ -60,11 +60,14 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		return fmt.Errorf("apt downloaded no packages into %s", newDir)
 	}
 
-	host, err := os.MkdirTemp("", "podvm-gpu-repo-")
+	// Not os.MkdirTemp: an interrupted build kills this process before
+	// any defer runs (see hostTemp).
+	tmp, err := newHostTemp("podvm-gpu-repo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(host)
+	defer tmp.Remove()
+	host := tmp.Dir
 	debDir, outDir := filepath.Join(host, "debs"), filepath.Join(host, "index")
 	for _, d := range []string{debDir, outDir} {
 		if err := os.Mkdir(d, 0o755); err != nil {

@@ -101,3 +101,43 @@ func TestTransfersStopOnCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestHostTempGoesWithTheProcess: the host's copy of the .debs goes away
+// when the plugin process ends without removing it (packer SIGKILLs its
+// plugins after an interrupt), which closing the watcher's pipe stands in
+// for here; and Remove removes it at once.
+func TestHostTempGoesWithTheProcess(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	tests := []struct {
+		name string
+		end  func(h *hostTemp)
+	}{
+		{"process gone", func(h *hostTemp) { h.hold.Close() }},
+		{"Remove", func(h *hostTemp) { h.Remove() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := newHostTemp("podvm-gpu-repo-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(h.Dir+"/x.deb", []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if _, err := os.Stat(h.Dir); err != nil {
+				t.Fatalf("removed while still in use: %v", err)
+			}
+			tt.end(h)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(h.Dir); errors.Is(err, os.ErrNotExist) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s still there 10s later", h.Dir)
+				}
+			}
+			h.watcher.Wait()
+		})
+	}
+}
