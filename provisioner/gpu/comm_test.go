@@ -141,3 +141,39 @@ func TestHostTempGoesWithTheProcess(t *testing.T) {
 		})
 	}
 }
+
+// infoComm records the FileInfo each upload came with.
+type infoComm struct {
+	*fakeComm
+	infos []os.FileInfo
+}
+
+func (c *infoComm) Upload(path string, r io.Reader, fi *os.FileInfo) error {
+	var info os.FileInfo
+	if fi != nil {
+		info = *fi
+	}
+	c.infos = append(c.infos, info)
+	return c.fakeComm.Upload(path, r, fi)
+}
+
+// TestStagedUploadHasFileInfo: every staged upload says its size, so that
+// Packer's SSH communicator need not copy it into a temporary file on the
+// build host first (which an interrupted build leaves behind), and it is
+// the communicator user's alone.
+func TestStagedUploadHasFileInfo(t *testing.T) {
+	comm := &infoComm{fakeComm: newFakeComm(debian13())}
+	r := testRunner(comm, &countingUi{})
+	data := []byte("Types: deb\n")
+	path, err := r.stage(context.Background(), "x.sources", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(comm.infos) != 1 || comm.infos[0] == nil {
+		t.Fatalf("upload FileInfo %v, want one", comm.infos)
+	}
+	fi := comm.infos[0]
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 || fi.Size() != int64(len(data)) || fi.Name() != path[strings.LastIndexByte(path, '/')+1:] {
+		t.Errorf("FileInfo name %q size %d mode %v, want %q, %d, a regular file 0600", fi.Name(), fi.Size(), fi.Mode(), path, len(data))
+	}
+}

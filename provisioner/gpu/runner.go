@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -301,7 +302,8 @@ func (r *runner) stage(ctx context.Context, name string, data []byte) (string, e
 	r.staged++
 	path := fmt.Sprintf("%s/podvm-gpu.%s.%d.%s", r.stageDir, r.runID, r.staged, name)
 	err := r.retry(ctx, "uploading "+path, func() error {
-		return transfer(ctx, func() error { return r.comm.Upload(path, bytes.NewReader(data), nil) })
+		fi := os.FileInfo(stagedInfo{name: path[strings.LastIndexByte(path, '/')+1:], size: int64(len(data))})
+		return transfer(ctx, func() error { return r.comm.Upload(path, bytes.NewReader(data), &fi) })
 	})
 	if err == nil {
 		err = ctx.Err()
@@ -313,6 +315,23 @@ func (r *runner) stage(ctx context.Context, name string, data []byte) (string, e
 	}
 	return path, nil
 }
+
+// stagedInfo describes a staged upload. With it Packer's SSH communicator
+// streams the data; without it, it first copies the data into a temporary
+// file of its own on the build host to learn the length, and an
+// interrupted build (whose plugins packer kills) leaves that file behind.
+// Staged files are the communicator user's alone until installed.
+type stagedInfo struct {
+	name string
+	size int64
+}
+
+func (s stagedInfo) Name() string     { return s.name }
+func (s stagedInfo) Size() int64      { return s.size }
+func (stagedInfo) Mode() fs.FileMode  { return 0o600 }
+func (stagedInfo) ModTime() time.Time { return time.Time{} }
+func (stagedInfo) IsDir() bool        { return false }
+func (stagedInfo) Sys() any           { return nil }
 
 // stagedCleanupTimeout bounds the best-effort removal of staged files.
 const stagedCleanupTimeout = 30 * time.Second
