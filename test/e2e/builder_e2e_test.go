@@ -139,6 +139,13 @@ func (l *builderOutput) String() string {
 
 func (e *builderEnv) startBuild(t *testing.T, template string, args ...string) *builderRun {
 	t.Helper()
+	return e.startBuildEnv(t, template, nil, args...)
+}
+
+// startBuildEnv is startBuild with extra environment variables for packer
+// and its plugins.
+func (e *builderEnv) startBuildEnv(t *testing.T, template string, extraEnv []string, args ...string) *builderRun {
+	t.Helper()
 	dir := t.TempDir()
 	tpl := filepath.Join(dir, "rootfs.pkr.hcl")
 	if err := os.WriteFile(tpl, []byte(template), 0o644); err != nil {
@@ -147,7 +154,7 @@ func (e *builderEnv) startBuild(t *testing.T, template string, args ...string) *
 	r := &builderRun{output: &builderOutput{}, log: filepath.Join(dir, "packer.log")}
 	cmd := exec.Command(e.packer, append(append([]string{"build", "-color=false"}, args...), tpl)...)
 	cmd.Dir = dir
-	cmd.Env = e.environ([]string{"PACKER_LOG=1", "PACKER_LOG_PATH=" + r.log})
+	cmd.Env = e.environ(append([]string{"PACKER_LOG=1", "PACKER_LOG_PATH=" + r.log}, extraEnv...))
 	cmd.Stdout = r.output
 	cmd.Stderr = r.output
 	// A process group of its own, so the test can interrupt packer the way
