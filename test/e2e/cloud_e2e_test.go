@@ -134,7 +134,9 @@ chmod 0755 /usr/local/bin/scp
 // DKMS build would take far too long, so the node profile
 // ENABLE_NVIDIA_GPU=no LOCAL_REPO=yes runs: the kernel packages are
 // downloaded in the guest, copied to the host, indexed and signed there,
-// uploaded back and swapped into place, then self-tested.
+// uploaded back and swapped into place, then self-tested. Where KVM runs
+// the guest kernel the GPU stack is installed instead (DKMS, the stand-in
+// toolkit mirror); that branch has not run on this machine kind.
 //
 // Along the way: a sudo that would ask for a password fails fast (-n), a
 // SIGINT while the repository is uploading leaves nothing half-done in
