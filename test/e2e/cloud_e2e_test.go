@@ -420,6 +420,9 @@ func (g *guest) waitSSH(limit time.Duration) error {
 		if g.accel == "kvm" && strings.Contains(g.stderr.String(), "KVM internal error") {
 			return errors.New("KVM internal error")
 		}
+		if strings.Contains(readFile(g.console), "Kernel panic - not syncing") {
+			return errors.New("the guest kernel panicked")
+		}
 		select {
 		case err := <-g.done:
 			g.done <- err
