@@ -186,7 +186,6 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	// Before the bake, whose manifest records what is held.
 	if o.HoldPackages {
 		holds := HoldPackages{Kernels: kernels, Packages: holdPatterns(p, f, o)}
-		p.Holds = &holds
 		what := "kernel"
 		if o.EnableGPU {
 			what = "kernel, driver and toolkit"

@@ -46,10 +46,7 @@ type Plan struct {
 	Archive []AptSource
 	// Repo is the repository to bake, the same action the plan's
 	// local-repo step carries; nil for none.
-	Repo *BakeRepo
-	// Holds are the packages the plan holds, as HoldPackages has them;
-	// nil when nothing is held.
-	Holds *HoldPackages
+	Repo  *BakeRepo
 	Steps []Step
 	// KernelPackages are the kernel image and headers packages a generator
 	// installs when the kernels are resolved at build time.

@@ -393,7 +393,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	} else {
 		b.WriteString(downloadOnly)
 	}
-	artifacts := path.Base(filepath.ToSlash(a.OutputDir))
+	artifacts := spec.Repo.OutputDir
 	fmt.Fprintf(b, "podvm_bin=%s\n", sq(r.c.Bin))
 	fmt.Fprintf(b, "\"$podvm_bin\" mkosi bake-repo --root \"$BUILDROOT\" --spec \"$SRCDIR\"/%s --srcdir \"$SRCDIR\" --kernels \"$kernels\" --artifacts \"$OUTPUTDIR\"/%s\n",
 		sq(specPath), sq(artifacts))

@@ -65,9 +65,7 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
-	if e.dpkgUnsafe, err = e.unsafeDpkg(ctx); err != nil {
-		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
-	}
+	e.dpkgUnsafe = e.unsafeDpkg()
 	plan, err := gpustack.NewPlan(o, t)
 	if err != nil {
 		return fmt.Errorf("podvm-gpu: planning for %s: %w", t, err)

@@ -66,11 +66,10 @@ func TestModuleKeyPiped(t *testing.T) {
 	if !bytes.HasPrefix(in, []byte("\n")) || !bytes.Contains(in, bytes.TrimSpace(keyPEM)) || !bytes.Contains(in, []byte("-----BEGIN CERTIFICATE-----")) {
 		t.Errorf("the signing command's input lacks the empty passphrase line, the key or the certificate:\n%s", in)
 	}
-	for n, data := range comm.stdin {
+	for n := range comm.stdin {
 		if n != signN {
 			t.Errorf("command %d got input too", n)
 		}
-		_ = data
 	}
 	for path, data := range comm.uploads {
 		if bytes.Contains(data, []byte("PRIVATE KEY")) {

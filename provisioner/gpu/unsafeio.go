@@ -1,7 +1,5 @@
 package gpu
 
-import "context"
-
 // generatedChroot is the variable the podvm-rootfs builder generates
 // (rootfs.GeneratedChroot; the provisioner does not import the builder):
 // "true" when the target is that builder's chroot.
@@ -13,16 +11,16 @@ const generatedChroot = "PodvmChroot"
 // builder, a live cloud VM) only when asked. Whether a command runs in a
 // chroot cannot be told from inside without reading PID 1's root, which
 // sandboxes deny, so the builder says it.
-func (e *executor) unsafeDpkg(_ context.Context) (bool, error) {
+func (e *executor) unsafeDpkg() bool {
 	switch e.unsafeIO {
 	case "yes":
 		e.ui.Say("podvm-gpu: dpkg without fsync (dpkg_unsafe_io=yes)")
-		return true, nil
+		return true
 	case "auto":
 		if e.generated[generatedChroot] == "true" {
 			e.ui.Say("podvm-gpu: the target is the podvm-rootfs chroot: dpkg runs without fsync (dpkg_unsafe_io=auto)")
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
