@@ -452,7 +452,9 @@ func TestBuildRecoversFromKilledBuild(t *testing.T) {
 	t.Cleanup(func() { orphan.Process.Kill() })
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if ps, _ := chroot.Processes(f.out); len(ps) > 0 {
+		// Until chroot has exec'd sleep: between chroot(2) and exec the
+		// process in the tree is still named chroot.
+		if ps, _ := chroot.Processes(f.out); len(ps) > 0 && ps[0].Comm == "sleep" {
 			break
 		}
 		if time.Now().After(deadline) {
