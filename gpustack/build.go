@@ -39,6 +39,10 @@ type family interface {
 	// driver returns the packages that install the driver and whether its
 	// modules are built with DKMS.
 	driver(r release, d Driver, kernels []string) (pkgs []string, dkms bool, err error)
+	// precompiled names the distro's precompiled modules package ({kernel}
+	// for the kernel) and the packages that go with it; ok is false where
+	// the distro has none.
+	precompiled(d Driver) (modules string, rest []string, ok bool)
 	modules(d Driver) []string
 	// pinPackages are the packages an exact driver version pins.
 	pinPackages(d Driver) []string
@@ -229,7 +233,11 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules},
 				CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
 			if ms := p.ModuleSigning; ms.CertDER != "" {
-				checks = append(checks, SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true})
+				var check Action = SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true}
+				if p.Driver.Source == SourceAuto {
+					check = IfDriverSource{Source: TakenDistro, Actions: []Action{check}}
+				}
+				checks = append(checks, check)
 			}
 			if o.Toolkit && o.HookMode != HookCDI {
 				checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
@@ -278,6 +286,10 @@ func selectKernels(spec string, have []string) ([]string, error) {
 
 func resolveDriver(o Options, r release) (Driver, error) {
 	d := Driver{Source: o.DriverSource, Branch: r.defaultBranch}
+	if _, _, ok := r.family.precompiled(d); d.Source == SourceAuto && !ok {
+		// Nothing to choose from: the distro's archive it is.
+		d.Source = SourceDistro
+	}
 	if v := o.DriverVersion; v != "" {
 		branch, _, _ := strings.Cut(v, ".")
 		d.Branch = branch
@@ -297,7 +309,7 @@ func resolveDriver(o Options, r release) (Driver, error) {
 		d.Flavour = ModulesProprietary
 	default:
 		d.Flavour = ModulesProprietary
-		if open && (o.DriverSource != SourceDistro || r.autoProprietary == "") {
+		if open && (d.Source != SourceDistro || r.autoProprietary == "") {
 			d.Flavour = ModulesOpen
 		}
 	}
@@ -313,11 +325,34 @@ func resolveDriver(o Options, r release) (Driver, error) {
 
 func gpuSteps(p *Plan, o Options, r release, f family) error {
 	d, ks := p.Driver, p.Kernels
+	auto := d.Source == SourceAuto
+	var choice ChooseDriver
 	pkgs, dkms, err := f.driver(r, d, ks)
+	if auto {
+		// The DKMS branch is the distro's; the precompiled one is decided
+		// in the image, where the archive is known.
+		distro := d
+		distro.Source = SourceDistro
+		pkgs, dkms, err = f.driver(r, distro, ks)
+		modules, rest, _ := f.precompiled(d)
+		choice = ChooseDriver{Kernels: ks, Modules: modules, Precompiled: rest, NoRecommends: true}
+		p.Notes = append(p.Notes, fmt.Sprintf("nvidia_driver_source=auto: precompiled modules (%s) when the image's archive has them for every targeted kernel at build time, else DKMS from the distro archive; %s records which",
+			modules, DriverSourceFile))
+	}
 	if err != nil {
 		return err
 	}
 	p.Driver.Package, _, _ = strings.Cut(pkgs[0], "=")
+	if auto {
+		// The manifest's driver version comes from a package both branches
+		// install.
+		for _, q := range choice.Precompiled {
+			if slices.Contains(pkgs, q) {
+				p.Driver.Package = q
+				break
+			}
+		}
+	}
 	p.Installed = f.pinPackages(d)
 	var persist []string
 	if o.Persistenced {
@@ -380,17 +415,41 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 			_, meta := f.kernelMeta(p.Target.Arch)
 			headers = []string{meta}
 		}
-		p.add("kernel-headers", "Installing kernel headers for "+kernelRange(ks), Install{Packages: headers, NoRecommends: true})
+		if auto {
+			// Headers only where DKMS builds: the choice installs them.
+			choice.DKMS = append(headers, pkgs...)
+		} else {
+			p.add("kernel-headers", "Installing kernel headers for "+kernelRange(ks), Install{Packages: headers, NoRecommends: true})
+		}
 	}
-	p.add("driver", fmt.Sprintf("Installing NVIDIA driver %s (%s) for %s", orBranch(d), d.Flavour, kernelRange(ks)),
-		Install{Packages: pkgs, NoRecommends: true})
+	if auto {
+		p.add("driver", fmt.Sprintf("Installing NVIDIA driver %s (%s) for %s: precompiled modules where the archive has them, else DKMS", orBranch(d), d.Flavour, kernelRange(ks)),
+			choice)
+	} else {
+		p.add("driver", fmt.Sprintf("Installing NVIDIA driver %s (%s) for %s", orBranch(d), d.Flavour, kernelRange(ks)),
+			Install{Packages: pkgs, NoRecommends: true})
+	}
 	if conf := f.moduleLoadConf(d); conf != "" {
 		p.add("module-autoload", "Leaving NVIDIA module loading to udev (no boot-time load without a GPU)",
 			WriteFile{Path: conf, Mode: modeFile, Owner: "root:root", Content: moduleLoadText})
 	}
+	// onDKMS keeps an action to the DKMS branch of a build-time choice.
+	onDKMS := func(a Action) Action {
+		if auto {
+			return IfDriverSource{Source: TakenDistro, Actions: []Action{a}}
+		}
+		return a
+	}
+	if auto {
+		p.add("modules", "Building the NVIDIA modules with DKMS, or checking the precompiled ones, for "+kernelRange(ks),
+			onDKMS(BuildModules{Kernels: ks}), CheckModules{Kernels: ks, Modules: d.Modules},
+			IfDriverSource{Source: TakenPrecompiled, Actions: []Action{CheckKernelSignatures{Kernels: ks}}})
+	}
 	if dkms {
-		p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
-			BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
+		if !auto {
+			p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
+				BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
+		}
 		if signing {
 			sm := SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM}
 			title := "Signing the NVIDIA modules for " + kernelRange(ks) + " with a key that lives only in memory"
@@ -400,14 +459,18 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 				sm.Key = &ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}
 				title = "Signing the NVIDIA modules for " + kernelRange(ks) + " with " + o.ModuleKey + ", piped into memory"
 			}
-			p.add("module-signing", title, sm)
+			if auto {
+				title += " (DKMS only)"
+			}
+			p.add("module-signing", title, onDKMS(sm))
 			p.ModuleSigning = ModuleSigning{Mode: o.ModuleSigning, Signer: sm.Subject, CertDER: moduleCertDER}
 		} else {
 			p.ModuleSigning = ModuleSigning{Mode: "none"}
 		}
 	} else {
 		p.add("modules", "Checking the precompiled NVIDIA modules for "+kernelRange(ks),
-			CheckModules{Kernels: ks, Modules: d.Modules})
+			CheckModules{Kernels: ks, Modules: d.Modules}, CheckKernelSignatures{Kernels: ks})
+		p.ModuleSigning = ModuleSigning{Mode: SigningDistribution}
 	}
 
 	var gpuUnits []string

@@ -59,6 +59,9 @@ func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, err
 	return []string{dkms, "nvidia-smi", "libcuda1", "libnvidia-ml1"}, true, nil
 }
 
+// Debian ships no precompiled NVIDIA modules.
+func (debian) precompiled(d Driver) (string, []string, bool) { return "", nil, false }
+
 func (debian) modules(d Driver) []string {
 	if d.Source == SourceCUDARepo {
 		return []string{"nvidia"}

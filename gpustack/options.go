@@ -22,6 +22,10 @@ const (
 type DriverSource string
 
 const (
+	// SourceAuto takes the precompiled modules where the distro has them
+	// for the image's kernels (decided in the image at build time), and the
+	// distro's DKMS packages otherwise.
+	SourceAuto        DriverSource = "auto"
 	SourceDistro      DriverSource = "distro"
 	SourceCUDARepo    DriverSource = "cuda-repo"
 	SourcePrecompiled DriverSource = "precompiled"
@@ -253,6 +257,12 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 			errs = append(errs, fmt.Errorf("%s=%s: a plain-http mirror needs %s (its key cannot be fetched safely over http); allowed: an https:// URL, or set %s",
 				name(m.url), u, kname, kname))
 		}
+	}
+	// Precompiled modules carry the distribution's signature: a module
+	// signing key of the user's would sign nothing.
+	if o.EnableGPU && o.DriverSource == SourcePrecompiled && o.ModuleSigning == "key" {
+		errs = append(errs, fmt.Errorf("%s=key with %s=precompiled: precompiled modules keep the distribution's signature and the key would sign nothing; allowed: nvidia_driver_source=auto|distro|cuda-repo (DKMS-built modules), or nvidia_module_signing=ephemeral|none",
+			name("nvidia_module_signing"), name("nvidia_driver_source")))
 	}
 	if o.ConfidentialCompute && o.KernelModules == ModulesProprietary {
 		errs = append(errs, fmt.Errorf("%s=yes with %s=proprietary: confidential computing needs the open kernel modules; allowed: open|auto",

@@ -76,12 +76,19 @@ type Toolkit struct {
 // ModuleSigning is the plan's module signing policy, for the manifest and
 // the comparison of images.
 type ModuleSigning struct {
-	Mode string // "ephemeral", "key" or "none"; "" for precompiled modules
+	// Mode is "ephemeral", "key" or "none" for modules DKMS builds (with
+	// nvidia_driver_source=auto: if the build takes DKMS), or
+	// SigningDistribution for precompiled ones.
+	Mode string
 	// Signer is modinfo's signer: the ephemeral certificate's subject; ""
 	// with a user's key, whose certificate names it.
 	Signer  string
 	CertDER string // the certificate in the image
 }
+
+// SigningDistribution is the signing mode of precompiled modules: the
+// distribution signed them with their kernel's module signing key.
+const SigningDistribution = "distribution"
 
 // Driver is the resolved driver choice.
 type Driver struct {

@@ -51,7 +51,7 @@ func TestPlanGolden(t *testing.T) {
 	for _, tg := range goldenTargets {
 		for _, gpu := range []string{"yes", "no"} {
 			for _, flavour := range []string{"open", "proprietary"} {
-				for _, src := range []string{"distro", "cuda-repo", "precompiled"} {
+				for _, src := range []string{"auto", "distro", "cuda-repo", "precompiled"} {
 					if gpu == "no" && (flavour != "open" || src != "distro") {
 						continue // the GPU options do not matter when the stack is off
 					}

@@ -12,7 +12,7 @@ type Settings struct {
 	NvidiaDriverVersion *string `mapstructure:"nvidia_driver_version" required:"false"`
 	// Kernel module flavour; auto picks open where the branch ships open modules that build against the release's kernels (Debian 13's archive driver: proprietary). Environment: `NVIDIA_KERNEL_MODULES`; default: auto.
 	NvidiaKernelModules *string `mapstructure:"nvidia_kernel_modules" required:"false"`
-	// Where the driver comes from: the distro archive (DKMS), NVIDIA's CUDA apt repo (DKMS), or Ubuntu's precompiled signed modules. Environment: `NVIDIA_DRIVER_SOURCE`; default: distro.
+	// Where the driver comes from: the distro archive (DKMS), NVIDIA's CUDA apt repo (DKMS), or Ubuntu's precompiled modules, signed by Canonical with the kernel's key. auto: on Ubuntu, precompiled when the image's archive has them for every targeted kernel (decided in the image at build time), else distro; on Debian, distro. Environment: `NVIDIA_DRIVER_SOURCE`; default: auto.
 	NvidiaDriverSource *string `mapstructure:"nvidia_driver_source" required:"false"`
 	// CUDA apt repository (a mirror for air-gapped builds); used with nvidia_driver_source=cuda-repo. Environment: `NVIDIA_CUDA_REPO_URL`; default: NVIDIA's CUDA repository for the release and architecture.
 	NvidiaCUDARepoURL *string `mapstructure:"nvidia_cuda_repo_url" required:"false"`

@@ -96,6 +96,9 @@ func TestBadInputs(t *testing.T) {
 		{name: "epoch negative", env: map[string]string{"SOURCE_DATE_EPOCH": "-5"}, want: []string{`SOURCE_DATE_EPOCH: invalid value "-5"`}},
 		{name: "epoch date", flag: []string{"--source-date-epoch=2024-01-01"}, want: []string{`--source-date-epoch: invalid value "2024-01-01"`}},
 		{name: "hcl list for scalar", hcl: `nvidia_hook_mode = ["cdi"]`, want: []string{"nvidia_hook_mode"}},
+		{name: "precompiled with a module key", env: map[string]string{"NVIDIA_DRIVER_SOURCE": "precompiled", "NVIDIA_MODULE_SIGNING": "key", "NVIDIA_MODULE_SIGNING_KEY": "/k", "NVIDIA_MODULE_SIGNING_CERT": "/c"},
+			want: []string{"NVIDIA_MODULE_SIGNING=key with NVIDIA_DRIVER_SOURCE=precompiled", "allowed: nvidia_driver_source=auto|distro|cuda-repo"}},
+		{name: "env source", env: map[string]string{"NVIDIA_DRIVER_SOURCE": "prebuilt"}, want: []string{`NVIDIA_DRIVER_SOURCE: invalid value "prebuilt"`, "auto|distro|cuda-repo|precompiled"}},
 		{name: "cc with proprietary", env: map[string]string{"NVIDIA_CONFIDENTIAL_COMPUTE": "yes", "NVIDIA_KERNEL_MODULES": "proprietary"}, want: []string{"confidential computing needs the open kernel modules"}},
 		{name: "toolkit version without revision", env: map[string]string{"NVIDIA_CONTAINER_TOOLKIT_VERSION": "1.17.8"}, want: []string{`NVIDIA_CONTAINER_TOOLKIT_VERSION: invalid value "1.17.8"`, "revision"}},
 		{name: "driver branch with revision", env: map[string]string{"NVIDIA_DRIVER_VERSION": "550-1"}, want: []string{`NVIDIA_DRIVER_VERSION: invalid value "550-1"`}},
@@ -311,7 +314,7 @@ func TestDefaults(t *testing.T) {
 	}
 	o := r.Options
 	if !o.EnableGPU || !o.RepoEnabled() || o.RepoPath != "/opt/local-packages" || o.HookMode != HookBoth ||
-		o.DriverSource != SourceDistro || o.KernelModules != ModulesAuto || !o.Verify || o.SourceDateEpoch != -1 {
+		o.DriverSource != SourceAuto || o.KernelModules != ModulesAuto || !o.Verify || o.SourceDateEpoch != -1 {
 		t.Errorf("defaults: %+v", o)
 	}
 }

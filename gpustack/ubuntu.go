@@ -2,6 +2,7 @@ package gpustack
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Ubuntu: the "-server" driver packages from restricted (DKMS), Canonical's
@@ -50,17 +51,24 @@ func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, e
 		}
 		return []string{"cuda-drivers-" + b}, true, nil
 	case SourcePrecompiled:
+		modules, rest, _ := u.precompiled(d)
 		var pkgs []string
 		for _, k := range kernels {
 			if k == KernelPlaceholder {
 				k = "generic" // the meta package that follows linux-image-generic
 			}
-			pkgs = append(pkgs, fmt.Sprintf("linux-modules-nvidia-%s%s-%s", b, serverSuffix(d), k))
+			pkgs = append(pkgs, strings.ReplaceAll(modules, KernelPlaceholder, k))
 		}
-		pkgs = append(pkgs, "nvidia-headless-no-dkms-"+b+serverSuffix(d), "nvidia-utils-"+b+"-server")
-		return pkgs, false, nil
+		return append(pkgs, rest...), false, nil
 	}
 	return []string{"nvidia-headless-" + b + serverSuffix(d), "nvidia-utils-" + b + "-server"}, true, nil
+}
+
+// Canonical builds and signs the modules of the -server branches for each
+// kernel of the archive (linux-restricted-modules).
+func (ubuntu) precompiled(d Driver) (string, []string, bool) {
+	return fmt.Sprintf("linux-modules-nvidia-%s%s-%s", d.Branch, serverSuffix(d), KernelPlaceholder),
+		[]string{"nvidia-headless-no-dkms-" + d.Branch + serverSuffix(d), "nvidia-utils-" + d.Branch + "-server"}, true
 }
 
 func (ubuntu) modules(d Driver) []string { return []string{"nvidia"} }
