@@ -57,7 +57,7 @@ type Manifest struct {
 // ModuleSigning records the signer every NVIDIA module carries and the
 // certificate to enroll; never a private key, which no build keeps.
 type ModuleSigning struct {
-	Mode       string `json:"mode"`                  // ephemeral, key or none
+	Mode       string `json:"mode"`                  // ephemeral, key, none or distribution
 	Signer     string `json:"signer,omitempty"`      // modinfo's signer
 	CertSHA256 string `json:"cert_sha256,omitempty"` // of the DER certificate
 	// Modules are the signed modules, each as modinfo read it after
@@ -91,11 +91,14 @@ type Target struct {
 
 // GPU is the installed GPU stack.
 type GPU struct {
-	DriverBranch  string   `json:"driver_branch"`
-	DriverVersion string   `json:"driver_version,omitempty"` // installed version, when known
-	Flavour       string   `json:"kernel_modules"`
-	Source        string   `json:"driver_source"`
-	Modules       []string `json:"modules"`
+	DriverBranch  string `json:"driver_branch"`
+	DriverVersion string `json:"driver_version,omitempty"` // installed version, when known
+	Flavour       string `json:"kernel_modules"`
+	Source        string `json:"driver_source"`
+	// SourceTaken is what driver_source=auto took in the image:
+	// precompiled or distro.
+	SourceTaken string   `json:"driver_source_taken,omitempty"`
+	Modules     []string `json:"modules"`
 	// ModuleSigning is how the NVIDIA modules are signed.
 	ModuleSigning  *ModuleSigning `json:"module_signing,omitempty"`
 	Toolkit        bool           `json:"container_toolkit"`

@@ -144,6 +144,31 @@ type ImageState struct {
 	ModuleCert []byte
 	// ModuleSignatures is the image's gpustack.ModuleSignatures.
 	ModuleSignatures []byte
+	// DriverSource is the driver source a build-time choice took, from
+	// the image's gpustack.DriverSourceFile; "" when the plan made none.
+	DriverSource string
+}
+
+// ChoosesDriver reports whether the driver source is chosen in the image
+// at build time, so that the image's gpustack.DriverSourceFile says which
+// one the build took.
+func (s Spec) ChoosesDriver() bool {
+	return s.Base.GPU != nil && s.Base.GPU.Source == string(gpustack.SourceAuto)
+}
+
+// ModuleFiles says what the manifest reads from the image about module
+// signatures, given the driver source taken ("" for none chosen): the
+// certificate of the build's module signing key ("" for none: precompiled
+// modules carry their kernel's key) and whether a signatures file exists.
+func (s Spec) ModuleFiles(taken string) (cert string, signatures bool) {
+	if taken == gpustack.TakenPrecompiled {
+		return "", true
+	}
+	if s.Repo.ModuleCert != "" {
+		return s.Repo.ModuleCert, true
+	}
+	ms := s.Base.GPU
+	return "", ms != nil && ms.ModuleSigning != nil && ms.ModuleSigning.Mode == gpustack.SigningDistribution
 }
 
 // Manifest is the manifest of the image as it is: the plan's part, then
@@ -180,6 +205,18 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 		slices.SortFunc(gpu.Packages, func(a, b Package) int {
 			return strings.Compare(a.Name+"\x00"+a.Arch, b.Name+"\x00"+b.Arch)
 		})
+		if s.ChoosesDriver() {
+			switch st.DriverSource {
+			case gpustack.TakenPrecompiled:
+				// The plan's signing policy was for DKMS, which the
+				// build did not take.
+				gpu.ModuleSigning = &ModuleSigning{Mode: gpustack.SigningDistribution}
+			case gpustack.TakenDistro:
+			default:
+				return m, fmt.Errorf("%s: driver source %q; want %s or %s", gpustack.DriverSourceFile, st.DriverSource, gpustack.TakenPrecompiled, gpustack.TakenDistro)
+			}
+			gpu.SourceTaken = st.DriverSource
+		}
 		if ms := gpu.ModuleSigning; ms != nil {
 			sig := *ms
 			if st.ModuleCert != nil {
@@ -191,6 +228,10 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 			}
 			if sig.Modules, err = parseSignatures(st.ModuleSignatures); err != nil {
 				return m, err
+			}
+			if sig.Mode == gpustack.SigningDistribution && len(sig.Modules) > 0 {
+				// The check made every module carry its kernel's signer.
+				sig.Signer = sig.Modules[0].Signer
 			}
 			gpu.ModuleSigning = &sig
 		}
@@ -314,10 +355,20 @@ func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
 	if st.DpkgStatus, err = os.ReadFile(in("/var/lib/dpkg/status")); err != nil {
 		return nil, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
-	if c := s.Repo.ModuleCert; c != "" {
-		if st.ModuleCert, err = os.ReadFile(in(c)); err != nil {
+	if s.ChoosesDriver() {
+		taken, err := os.ReadFile(in(gpustack.DriverSourceFile))
+		if err != nil {
+			return nil, fmt.Errorf("the driver source taken: %w", err)
+		}
+		st.DriverSource = strings.TrimSpace(string(taken))
+	}
+	cert, sigs := s.ModuleFiles(st.DriverSource)
+	if cert != "" {
+		if st.ModuleCert, err = os.ReadFile(in(cert)); err != nil {
 			return nil, fmt.Errorf("the module signing certificate: %w", err)
 		}
+	}
+	if sigs {
 		if st.ModuleSignatures, err = os.ReadFile(in(gpustack.ModuleSignatures)); err != nil {
 			return nil, fmt.Errorf("the module signatures: %w", err)
 		}

@@ -213,7 +213,13 @@ func verifying(s gpustack.Step) bool {
 			if !a.Verify {
 				return false
 			}
+		case gpustack.IfDriverSource:
+			if !verifying(gpustack.Step{Actions: a.Actions}) {
+				return false
+			}
 		default:
+			// CheckKernelSignatures among them: it records the signatures
+			// the bake reads, so it runs before it.
 			return false
 		}
 	}
@@ -282,6 +288,38 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	case gpustack.EnableUnits:
 		r.units = append(r.units, a.Units...)
 		fmt.Fprintf(b, "enable_units %s\n", shellWords(a.Units))
+	case gpustack.ChooseDriver:
+		// Packages= is fixed before the build, so the choice installs
+		// from the script, with mkosi's apt-get acting on the image.
+		r.network = true
+		var pre []string
+		for _, q := range a.Precompiled {
+			pre = append(pre, sq(q))
+		}
+		noRec := ""
+		if a.NoRecommends {
+			noRec = " --no-install-recommends"
+		}
+		fmt.Fprintf(b, "driver_source=$(%s $kernels | tail -n 1)\n", a.ProbeCommand())
+		fmt.Fprintf(b, "case $driver_source in\n%s)\n\tpkgs=\n\tfor k in $kernels; do pkgs=\"$pkgs %s\"; done\n\tpkgs=\"$pkgs %s\"\n\t;;\n%s) pkgs=%s ;;\n*) die \"driver source probe: got '$driver_source'\" ;;\nesac\n",
+			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, sq(strings.Join(a.DKMS, " ")))
+		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\napt-get -q install%s $pkgs\n", noRec)
+		fmt.Fprintf(b, "mkdir -p \"$BUILDROOT\"%s\necho \"$driver_source\" >\"$BUILDROOT\"%s\ninstalled $pkgs\n", sq(path.Dir(gpustack.DriverSourceFile)), sq(gpustack.DriverSourceFile))
+	case gpustack.IfDriverSource:
+		var inner strings.Builder
+		for _, x := range a.Actions {
+			switch x.(type) {
+			case gpustack.Install, gpustack.WriteFile, gpustack.EnableUnits, gpustack.AptSource, gpustack.AptPin, gpustack.AptComponents:
+				return fmt.Errorf("action %T cannot depend on the driver source taken: mkosi sets it up before the build", x)
+			}
+			if err := r.action(ctx, &inner, x, archive); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(b, "if [ \"$(cat \"$BUILDROOT\"%s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
+			sq(gpustack.DriverSourceFile), sq(a.Source), inner.String(), sq("  skipped: only where the driver source taken is "+a.Source))
+	case gpustack.CheckKernelSignatures:
+		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.BuildModules:
 		b.WriteString("for k in $kernels; do\n\techo \"  dkms autoinstall -k $k\"\n\tmkosi-chroot dkms autoinstall -k \"$k\"\ndone\n")
 	case gpustack.CheckModules:
@@ -440,13 +478,16 @@ func (r *renderer) finish() error {
 	if r.network {
 		// The post-installation script downloads the repository's .debs.
 		sb.set("WithNetwork", "yes")
-		if k := r.bake.SigningKey; k != "" {
+		if r.bake == nil {
+			// Only the driver choice downloads.
+		} else if k := r.bake.SigningKey; k != "" {
 			if _, err := os.Stat(k); err != nil {
 				return fmt.Errorf("local_repo_signing_key: %w", err)
 			}
 			r.mount(k, signingKeySource)
 		}
-		if e := r.bake.Passphrase; e != "" && !slices.Contains(r.environment, e) {
+		if r.bake != nil && r.bake.Passphrase != "" && !slices.Contains(r.environment, r.bake.Passphrase) {
+			e := r.bake.Passphrase
 			r.environment = append(r.environment, e)
 		}
 	}

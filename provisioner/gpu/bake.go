@@ -191,7 +191,14 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 		}
 	}
 	var cert []byte
-	if b.ModuleCert != "" {
+	taken := ""
+	if e.spec.ChoosesDriver() {
+		var err error
+		if taken, err = e.takenSource(ctx); err != nil {
+			return err
+		}
+	}
+	if c, _ := e.spec.ModuleFiles(taken); c != "" {
 		var err error
 		if cert, err = e.readModuleCert(ctx); err != nil {
 			return err
@@ -273,15 +280,23 @@ func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time
 		return bake.Manifest{}, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
 	st.DpkgStatus = []byte(status)
-	if e.plan.ModuleSigning.CertDER != "" {
+	if e.spec.ChoosesDriver() {
+		if st.DriverSource, err = e.takenSource(ctx); err != nil {
+			return bake.Manifest{}, err
+		}
+	}
+	cert, sigs := e.spec.ModuleFiles(st.DriverSource)
+	if cert != "" {
 		if st.ModuleCert, err = e.readModuleCert(ctx); err != nil {
 			return bake.Manifest{}, err
 		}
-		sigs, err := e.r.query(ctx, "cat "+shellQuote(gpustack.ModuleSignatures))
+	}
+	if sigs {
+		out, err := e.r.query(ctx, "cat "+shellQuote(gpustack.ModuleSignatures))
 		if err != nil {
 			return bake.Manifest{}, fmt.Errorf("reading the module signatures: %w", err)
 		}
-		st.ModuleSignatures = []byte(sigs)
+		st.ModuleSignatures = []byte(out)
 	}
 	return e.spec.Manifest(repo, st, date)
 }

@@ -55,6 +55,8 @@ type executor struct {
 	// moduleCert is the module signing certificate read back from the
 	// image, once.
 	moduleCert []byte
+	// driverSource is the driver source a ChooseDriver took ("" before).
+	driverSource string
 }
 
 func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
@@ -141,6 +143,26 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		}
 		_, err := e.r.runApt(ctx, cmd+" "+quoteAll(a.Packages...))
 		return err
+	case gpustack.ChooseDriver:
+		return e.chooseDriver(ctx, a)
+	case gpustack.IfDriverSource:
+		taken, err := e.takenSource(ctx)
+		if err != nil {
+			return err
+		}
+		if taken != a.Source {
+			e.ui.Say(fmt.Sprintf("skipped on the %s driver source: %d action(s) for %s", taken, len(a.Actions), a.Source))
+			return nil
+		}
+		for _, x := range a.Actions {
+			if err := e.do(ctx, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	case gpustack.CheckKernelSignatures:
+		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		return err
 	case gpustack.WriteFile:
 		return e.writeFile(ctx, a.Path, []byte(a.Content), a.Mode, a.Owner)
 	case gpustack.EnableUnits:
@@ -208,6 +230,47 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		return err
 	}
 	return fmt.Errorf("internal error: no handler for plan action %T", a)
+}
+
+// chooseDriver runs the plan's probe in the image, installs the branch it
+// took and records it there.
+func (e *executor) chooseDriver(ctx context.Context, a gpustack.ChooseDriver) error {
+	out, err := e.r.run(ctx, a.ProbeCommand()+" "+quoteAll(a.Kernels...))
+	if err != nil {
+		return fmt.Errorf("choosing the driver source: %w", err)
+	}
+	taken := lastLine(out)
+	pkgs, err := a.Packages(taken)
+	if err != nil {
+		return err
+	}
+	e.ui.Say(fmt.Sprintf("driver source taken: %s", taken))
+	if err := e.do(ctx, gpustack.Install{Packages: pkgs, NoRecommends: a.NoRecommends}); err != nil {
+		return err
+	}
+	if err := e.writeFile(ctx, gpustack.DriverSourceFile, []byte(taken+"\n"), 0o644, "root:root"); err != nil {
+		return err
+	}
+	e.driverSource = taken
+	return nil
+}
+
+// takenSource is the driver source the build took: this run's choice, or
+// the one an earlier run recorded in the image.
+func (e *executor) takenSource(ctx context.Context) (string, error) {
+	if e.driverSource == "" {
+		out, err := e.r.query(ctx, "cat "+shellQuote(gpustack.DriverSourceFile))
+		if err != nil {
+			return "", fmt.Errorf("reading the driver source taken: %w", err)
+		}
+		e.driverSource = strings.TrimSpace(out)
+	}
+	return e.driverSource, nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func (e *executor) checkModules(ctx context.Context, kernels, modules []string) error {

@@ -28,6 +28,7 @@ type fakeImage struct {
 	debs      map[string][]byte // what apt "downloads" into the new repo dir
 	installed string            // installed packages, one "status<TAB>name<TAB>version<TAB>arch" per line
 	files     map[string][]byte // other files Download reads, by path
+	probe     string            // what the driver source probe prints
 }
 
 // moduleCert is the module signing certificate the fake image's signing
@@ -70,6 +71,7 @@ func ubuntu2404() *fakeImage {
 		osRelease: "PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"24.04\"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n",
 		arch:      "amd64",
 		kernels:   []string{"6.8.0-1028-azure"},
+		probe:     "podvm-gpu: the archive has no linux-modules-nvidia-570-server-open-6.8.0-1028-azure for kernel 6.8.0-1028-azure: DKMS\ndistro\n",
 		files: map[string][]byte{"/usr/share/podvm-gpu/module-signing.der": moduleCert(),
 			"/usr/share/podvm-gpu/module-signatures.tsv": []byte("6.8.0-1028-azure\t/usr/lib/modules/6.8.0-1028-azure/updates/dkms/nvidia.ko.zst\tpodvm-gpu ephemeral module signing key\t5A:0F\tsha256\n")},
 		sources: map[string]string{
@@ -222,6 +224,8 @@ func (c *fakeComm) answer(inner string) (string, int) {
 			return string(data), 0
 		}
 		return "", 1
+	case strings.Contains(inner, " podvm-driver-probe "):
+		return img.probe, 0
 	case strings.Contains(inner, `for f in *.deb`):
 		return strings.Join(sortedKeys(img.debs), "\n") + "\n", 0
 	}
