@@ -38,5 +38,8 @@ PODVM_SETTINGS := \
 	PODVM_OUTPUT_DIR \
 	PODVM_HOLD_PACKAGES \
 	PODVM_VERIFY \
+	PODVM_MODULE_CACHE \
+	PODVM_MODULE_CACHE_DIR \
+	PODVM_MODULE_CACHE_MAX_SIZE \
 	SOURCE_DATE_EPOCH
 $(foreach v,$(PODVM_SETTINGS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))

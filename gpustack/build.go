@@ -96,6 +96,9 @@ const (
 	nouveauConf   = "/etc/modprobe.d/podvm-blacklist-nouveau.conf"
 	nouveauHook   = "/etc/initramfs-tools/hooks/podvm-no-nouveau"
 	dkmsConf      = "/etc/dkms/framework.conf.d/podvm-gpu.conf"
+	// dkmsNoAutoinstall is modcache.NoAutoinstall: the modules step
+	// removes it.
+	dkmsNoAutoinstall = "/etc/dkms/no-autoinstall"
 	// The module signing certificate stays in the image, to be enrolled
 	// or checked against modinfo's signer.
 	moduleCertDER = "/usr/share/podvm-gpu/module-signing.der"
@@ -399,8 +402,11 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 	signing := dkms && o.ModuleSigning != "none"
 	if dkms {
 		// Before anything installs DKMS: it would mint a key in the image.
-		p.add("dkms-config", "Keeping DKMS from creating a module signing key in the image",
-			WriteFile{Path: dkmsConf, Mode: modeFile, Owner: "root:root", Content: dkmsConfText, BeforePackages: true})
+		// And from building while packages install: the modules step
+		// builds, or restores a cached build, and removes the file.
+		p.add("dkms-config", "Keeping DKMS from creating a module signing key in the image, and its builds for the modules step",
+			WriteFile{Path: dkmsConf, Mode: modeFile, Owner: "root:root", Content: dkmsConfText, BeforePackages: true},
+			WriteFile{Path: dkmsNoAutoinstall, Mode: modeFile, Owner: "root:root", Content: dkmsNoAutoinstallText, BeforePackages: true})
 	}
 	if signing {
 		// openssl makes the build's key; the kernel's sign-file needs it too.
@@ -440,15 +446,18 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 		}
 		return a
 	}
+	build := BuildModules{Kernels: ks, Cache: ModuleCache{Mode: o.ModuleCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize}}
 	if auto {
+		// The build runs on both branches: with no DKMS source installed
+		// it only removes the file that kept DKMS from building.
 		p.add("modules", "Building the NVIDIA modules with DKMS, or checking the precompiled ones, for "+kernelRange(ks),
-			onDKMS(BuildModules{Kernels: ks}), CheckModules{Kernels: ks, Modules: d.Modules},
+			build, CheckModules{Kernels: ks, Modules: d.Modules},
 			IfDriverSource{Source: TakenPrecompiled, Actions: []Action{CheckKernelSignatures{Kernels: ks}}})
 	}
 	if dkms {
 		if !auto {
 			p.add("modules", "Building NVIDIA modules with DKMS for "+kernelRange(ks),
-				BuildModules{Kernels: ks}, CheckModules{Kernels: ks, Modules: d.Modules})
+				build, CheckModules{Kernels: ks, Modules: d.Modules})
 		}
 		if signing {
 			sm := SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM}

@@ -83,6 +83,13 @@ done
 exit 0
 `
 
+// dkmsNoAutoinstallText is in the image while the driver installs; DKMS
+// reads only that the file exists.
+const dkmsNoAutoinstallText = `# Written by podvm-gpu for the length of the image build: the NVIDIA modules
+# are built, or restored from the build host's module cache, by podvm-gpu's
+# own step, which removes this file.
+`
+
 // dkmsConfText keeps DKMS from signing, and so from minting a key pair in
 // the image (it does so whenever openssl is present and its key is
 // missing), now and on any later rebuild on a node: without a sign-file

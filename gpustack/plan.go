@@ -204,8 +204,22 @@ type WriteFile struct {
 // EnableUnits enables systemd units.
 type EnableUnits struct{ Units []string }
 
-// BuildModules builds out-of-tree modules for each kernel with DKMS.
-type BuildModules struct{ Kernels []string }
+// BuildModules builds out-of-tree modules for each kernel with DKMS, or
+// restores an earlier build of the same inputs from the build host's
+// module cache. The modules are left unsigned.
+type BuildModules struct {
+	Kernels []string
+	Cache   ModuleCache
+}
+
+// ModuleCache is the build host's cache of DKMS builds.
+type ModuleCache struct {
+	// Mode: "auto" (where the build host holds the image), "yes" or "no".
+	Mode string
+	// Dir is the podvm cache directory; "" for the user's.
+	Dir     string
+	MaxSize int64 // bytes; 0 for no bound
+}
 
 // CheckModules asserts that each module exists for each kernel.
 type CheckModules struct {
@@ -384,7 +398,15 @@ func (a WriteFile) describe() string {
 func (a EnableUnits) describe() string { return "enable units " + strings.Join(a.Units, " ") }
 
 func (a BuildModules) describe() string {
-	return "dkms autoinstall for kernels " + strings.Join(a.Kernels, " ")
+	c := "module cache " + a.Cache.Mode
+	if a.Cache.Mode != "no" {
+		dir := a.Cache.Dir
+		if dir == "" {
+			dir = "the user's cache directory"
+		}
+		c += " in " + dir
+	}
+	return "dkms build and install of every DKMS module for kernels " + strings.Join(a.Kernels, " ") + " (" + c + "), then remove " + dkmsNoAutoinstall
 }
 
 func (a CheckModules) describe() string {

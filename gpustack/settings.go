@@ -163,7 +163,35 @@ var (
 		},
 		allowed: "a non-negative integer of seconds since 1970-01-01 UTC",
 	}
+	checkSize = checker{
+		ok:      func(s string) bool { _, err := ParseSize(s); return err == nil },
+		allowed: "a size such as 4GiB, 500MiB or 0 for no bound (units B, KiB, MiB, GiB, TiB; K, M, G, T are the same)",
+	}
 )
+
+// ParseSize reads a size such as 4GiB or 500M as bytes. Units are powers
+// of 1024; none means bytes.
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: not a whole number of bytes with an optional unit", s)
+	}
+	shift := map[string]uint{"": 0, "B": 0, "K": 10, "KiB": 10, "M": 20, "MiB": 20, "G": 30, "GiB": 30, "T": 40, "TiB": 40}
+	sh, ok := shift[unit]
+	if !ok {
+		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
+	}
+	if n > (1<<62)>>sh {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return n << sh, nil
+}
 
 // splitList splits env and flag list values on commas and whitespace.
 func splitList(s string) []string {
@@ -337,6 +365,19 @@ var Table = []Setting{
 	{Key: "verify", Env: "PODVM_VERIFY", Kind: Bool, Default: "yes", Section: "build",
 		Help: "Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository.",
 		set:  func(o *Options, v value) { o.Verify = v.b }},
+	{Key: "module_cache", Env: "PODVM_MODULE_CACHE", Kind: Enum, Default: "auto", Section: "build",
+		Allowed: []string{"auto", "yes", "no"},
+		Help:    "Keep the NVIDIA modules DKMS builds, unsigned, in module_cache_dir on the build host, keyed by kernel ABI and configuration, driver package and source, DKMS and compiler, and restore them (checked: hash, vermagic, no signature; then signed as a fresh build) when a build has the same inputs. auto: where the build host holds the image (the podvm-rootfs chroot, mkosi); yes: also on a remote VM, copied over the communicator; no: always build.",
+		set:     func(o *Options, v value) { o.ModuleCache = v.s }},
+	{Key: "module_cache_dir", Env: "PODVM_MODULE_CACHE_DIR", Kind: String, Section: "build",
+		DefaultDoc: "`$PODVM_CACHE/modules`, else `$XDG_CACHE_HOME/podvm/modules`, else `~/.cache/podvm/modules`",
+		Help:       "The module cache's directory on the build host. Builds running at once share it safely; remove it to clear the cache.",
+		check:      &checkHostPath,
+		set:        func(o *Options, v value) { o.CacheDir = v.s }},
+	{Key: "module_cache_max_size", Env: "PODVM_MODULE_CACHE_MAX_SIZE", Kind: String, Default: "4GiB", Section: "build",
+		Help:  "Bound of the module cache: the least recently used builds go first. 0: no bound.",
+		check: &checkSize,
+		set:   func(o *Options, v value) { o.CacheMaxSize, _ = ParseSize(v.s) }},
 	{Key: "source_date_epoch", Env: "SOURCE_DATE_EPOCH", Kind: String, Section: "build",
 		DefaultDoc: "now",
 		Help:       "Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds.",

@@ -16,11 +16,13 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // RunCommand is the mkosi subcommand: it renders a tree from the settings
 // (flags, then the environment) and the target's flags. Two hidden
-// subcommands are the build's own: bake-repo and check-keys.
+// subcommands are the build's own: bake-repo, module-key, modules and
+// check-keys.
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// bake-repo is the host-side step the generated post-installation
 	// script calls; it is not meant for people, so usage does not list it.
@@ -31,6 +33,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// post-installation script's signing command, equally hidden.
 	if len(args) > 0 && args[0] == "module-key" {
 		return runModuleKey(args[1:], stdout, stderr)
+	}
+	// modules is the script's DKMS step (through the module cache),
+	// equally hidden.
+	if len(args) > 0 && args[0] == "modules" {
+		return runModules(ctx, args[1:], stdout, stderr)
 	}
 	// check-keys is the finalize script's secret-key check, equally hidden.
 	if len(args) > 0 && args[0] == "check-keys" {
@@ -63,6 +70,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 2
+	}
+	// The tree mounts the module cache from this host: its path is
+	// settled here, where the build runs.
+	if o := &res.Options; o.ModuleCache != "no" {
+		if o.CacheDir, err = modcache.Root(o.CacheDir); err != nil {
+			fmt.Fprintln(stderr, "mkosi:", err)
+			return 2
+		}
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)
 	if err != nil {
@@ -114,6 +129,13 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := Write(*out, files, *force); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if o := res.Options; o.ModuleCache != "no" && o.EnableGPU {
+		// mkosi refuses to mount a missing directory.
+		if err := os.MkdirAll(modcache.Dir(o.CacheDir), 0o755); err != nil {
+			fmt.Fprintln(stderr, "mkosi: module cache:", err)
+			return 1
+		}
 	}
 	fmt.Fprintf(stdout, "mkosi: wrote %d files for %s into %s\n", len(files), t, *out)
 	if res.Options.EnableGPU {

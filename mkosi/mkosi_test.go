@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // mkosiCommand returns the command that runs mkosi 25 as
@@ -100,7 +101,12 @@ func TestMkosiSummary(t *testing.T) {
 		dir := t.TempDir()
 		// mkosi checks that ExtraSearchPaths= exist.
 		bin := filepath.Join(t.TempDir(), "packer-plugin-podvm")
-		if err := Write(dir, c.render(t, bin), false); err != nil {
+		// And that BuildSources= do: the module cache's among them.
+		cache := t.TempDir()
+		if err := os.MkdirAll(modcache.Dir(cache), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(dir, c.render(t, bin, cache), false); err != nil {
 			t.Fatal(err)
 		}
 		profiles := []string{"default"}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // TestModuleKeyTree renders nvidia_module_signing=key: the key's and the
@@ -48,7 +49,12 @@ func TestModuleKeyTree(t *testing.T) {
 	must(os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
 
 	bin := filepath.Join(t.TempDir(), "packer-plugin-podvm")
+	cache := t.TempDir()
+	if err := os.MkdirAll(modcache.Dir(cache), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	p := plan(t, "debian", "13", map[string]string{
+		"module_cache_dir":                      cache,
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
 		"nvidia_module_signing":                 "key",
 		"nvidia_module_signing_key":             keyFile,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // Profile is the profile that holds the GPU stack. mkosi.conf selects it
@@ -321,7 +322,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	case gpustack.CheckKernelSignatures:
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.BuildModules:
-		b.WriteString("for k in $kernels; do\n\techo \"  dkms autoinstall -k $k\"\n\tmkosi-chroot dkms autoinstall -k \"$k\"\ndone\n")
+		return r.buildModules(b, a)
 	case gpustack.CheckModules:
 		fmt.Fprintf(b, "check_modules %s\n", shellWords(a.Modules))
 	case gpustack.SignModules:
@@ -373,6 +374,30 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	default:
 		return fmt.Errorf("action %T has no mkosi rendering", a)
 	}
+	return nil
+}
+
+// moduleCacheSource is where BuildSources= mounts the build host's module
+// cache for the scripts.
+const moduleCacheSource = "podvm-module-cache"
+
+// buildModules has this program build the DKMS modules in the image with
+// mkosi-chroot, through the module cache unless module_cache=no: mkosi
+// always builds on the host that holds the image.
+func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) error {
+	r.needBin = true
+	fmt.Fprintf(b, "podvm_bin=%s\n", sq(r.c.Bin))
+	cache := ""
+	if a.Cache.Mode != "no" {
+		if !filepath.IsAbs(a.Cache.Dir) {
+			return fmt.Errorf("module cache: module_cache_dir %q is not an absolute path (the generator resolves the default)", a.Cache.Dir)
+		}
+		if m := modcache.Dir(a.Cache.Dir) + ":" + moduleCacheSource; !slices.Contains(r.sources, m) {
+			r.sources = append(r.sources, m)
+		}
+		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", moduleCacheSource, a.Cache.MaxSize)
+	}
+	fmt.Fprintf(b, "\"$podvm_bin\" mkosi modules --root \"$BUILDROOT\" --kernels \"$kernels\"%s\n", cache)
 	return nil
 }
 

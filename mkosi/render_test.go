@@ -35,6 +35,8 @@ type treeCase struct {
 
 func (c treeCase) name() string { return fmt.Sprintf("%s-%s-gpu-%s", c.distro, c.release, c.gpu) }
 
+const goldenCacheDir = "/var/cache/podvm-golden"
+
 var treeCases = []treeCase{
 	{"debian", "13", "yes"}, {"debian", "13", "no"},
 	{"ubuntu", "24.04", "yes"}, {"ubuntu", "24.04", "no"},
@@ -44,7 +46,11 @@ var treeCases = []treeCase{
 // whoever runs the tests cannot change the trees.
 func plan(t *testing.T, distro, release string, settings map[string]string) *gpustack.Plan {
 	t.Helper()
+	// The generator resolves the cache directory; the trees name it.
 	explicit := map[string]gpustack.Raw{}
+	if _, ok := settings["module_cache_dir"]; !ok {
+		explicit["module_cache_dir"] = gpustack.Scalar(goldenCacheDir)
+	}
 	var security string
 	for k, v := range settings {
 		if k == securityMirrorKey {
@@ -71,9 +77,13 @@ func plan(t *testing.T, distro, release string, settings map[string]string) *gpu
 	return p
 }
 
-func (c treeCase) render(t *testing.T, bin string) []File {
+// render renders the case's tree; cacheDir "" is the goldens' fixed one.
+func (c treeCase) render(t *testing.T, bin, cacheDir string) []File {
 	t.Helper()
 	settings := map[string]string{"enable_nvidia_gpu": c.gpu, "source_date_epoch": "1700000000"}
+	if cacheDir != "" {
+		settings["module_cache_dir"] = cacheDir
+	}
 	if c.gpu == "yes" {
 		// A local key file: the tests never reach NVIDIA.
 		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
@@ -134,7 +144,7 @@ func dump(files []File) string {
 func TestGoldenTrees(t *testing.T) {
 	for _, c := range treeCases {
 		t.Run(c.name(), func(t *testing.T) {
-			got := dump(c.render(t, goldenBin))
+			got := dump(c.render(t, goldenBin, ""))
 			path := filepath.Join("testdata", "tree", c.name()+".txt")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -171,12 +171,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		_, err := e.r.run(ctx, "systemctl enable "+quoteAll(a.Units...))
 		return err
 	case gpustack.BuildModules:
-		for _, k := range a.Kernels {
-			if _, err := e.r.run(ctx, "dkms autoinstall -k "+shellQuote(k)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return e.buildModules(ctx, a)
 	case gpustack.CheckModules:
 		return e.checkModules(ctx, a.Kernels, a.Modules)
 	case gpustack.SignModules:

@@ -36,6 +36,9 @@ type CommandError struct {
 	Output     []string // the last lines of its combined output
 }
 
+// ExitCode is the remote exit status.
+func (e *CommandError) ExitCode() int { return e.ExitStatus }
+
 func (e *CommandError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "command exited with status %d: %s", e.ExitStatus, e.Command)
@@ -299,8 +302,7 @@ func (r *runner) retry(ctx context.Context, what string, fn func() error) error 
 // it. Uploads run as the communicator's user, so files go to a folder that
 // user can write and a command moves them into place.
 func (r *runner) stage(ctx context.Context, name string, data []byte) (string, error) {
-	r.staged++
-	path := fmt.Sprintf("%s/podvm-gpu.%s.%d.%s", r.stageDir, r.runID, r.staged, name)
+	path := r.stagePath(name)
 	err := r.retry(ctx, "uploading "+path, func() error {
 		fi := os.FileInfo(stagedInfo{name: path[strings.LastIndexByte(path, '/')+1:], size: int64(len(data))})
 		return transfer(ctx, func() error { return r.comm.Upload(path, bytes.NewReader(data), &fi) })
@@ -314,6 +316,12 @@ func (r *runner) stage(ctx context.Context, name string, data []byte) (string, e
 		return "", err
 	}
 	return path, nil
+}
+
+// stagePath is a fresh path for an upload under the staging folder.
+func (r *runner) stagePath(name string) string {
+	r.staged++
+	return fmt.Sprintf("%s/podvm-gpu.%s.%d.%s", r.stageDir, r.runID, r.staged, name)
 }
 
 // stagedInfo describes a staged upload. With it Packer's SSH communicator

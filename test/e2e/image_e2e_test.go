@@ -62,7 +62,10 @@ func TestImageE2E(t *testing.T) {
 		cache = filepath.Join(userCacheDir(t), "podvm")
 	}
 	mirror := startToolkitMirror(t, root, cache)
-	settings := e2eSettings(mirror)
+	// A module cache of this run's own: the Packer build misses and stores
+	// the DKMS build, the mkosi builds of the same kernel and driver
+	// restore it.
+	settings := append(e2eSettings(mirror), "PODVM_MODULE_CACHE_DIR="+t.TempDir())
 
 	rootfs, arts := buildWithPacker(t, env, root, settings)
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
@@ -125,6 +128,7 @@ func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []stri
 	if !strings.Contains(out.String(), "the target is the podvm-rootfs chroot: dpkg runs without fsync") {
 		t.Error("the provisioner did not learn from the builder that its target is a chroot")
 	}
+	assertModuleCache(t, "packer build", out.String(), "stored")
 	return rootfs, arts
 }
 
@@ -158,6 +162,7 @@ func buildWithMkosi(t *testing.T, env *builderEnv, root, cache string, settings 
 	if err != nil {
 		t.Fatalf("mkosi build: %v; its whole output:\n%s", err, log.String())
 	}
+	assertModuleCache(t, "mkosi build", log.String(), "restored")
 	return filepath.Join(out, "image"), filepath.Join(out, "podvm-artifacts")
 }
 
@@ -178,6 +183,7 @@ func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []strin
 	if err != nil {
 		t.Fatalf("example/mkosi/build.sh: %v\n%s", err, log.String())
 	}
+	assertModuleCache(t, "make mkosi", log.String(), "restored")
 	for _, line := range strings.Split(log.String(), "\n") {
 		if strings.Contains(line, "tools tree") || strings.Contains(line, "size is") {
 			t.Log(strings.TrimSpace(line))
@@ -190,6 +196,26 @@ func buildMkosiDisk(t *testing.T, env *builderEnv, root string, settings []strin
 		}
 	}
 	return disk, uki, filepath.Join(out, "podvm-artifacts")
+}
+
+// assertModuleCache checks that a build took its NVIDIA modules through the
+// module cache as expected ("stored": built and kept; "restored": taken
+// from the cache, no DKMS build), and logs the cache's lines.
+func assertModuleCache(t *testing.T, what, log, want string) {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "module cache: ") || strings.Contains(l, "building nvidia-") || strings.Contains(l, "built nvidia-") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	t.Logf("%s, module cache:\n%s", what, strings.Join(lines, "\n"))
+	if !strings.Contains(log, "module cache: "+want+" nvidia-") {
+		t.Errorf("%s: no module %s through the module cache", what, want)
+	}
+	if want == "restored" && strings.Contains(log, "building nvidia-") {
+		t.Errorf("%s: built a module with DKMS although the cache had it", what)
+	}
 }
 
 func logTimings(t *testing.T, out string) {

@@ -1,0 +1,108 @@
+package mkosi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+)
+
+// runModules is the post-installation script's module step: the DKMS
+// builds in the image, through the module cache when --cache is given.
+func runModules(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("mkosi modules", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", "", "the image's root ($BUILDROOT)")
+	kernels := fs.String("kernels", "", "the targeted kernels, space separated")
+	cache := fs.String("cache", "", "the module cache directory (none: build every module)")
+	maxSize := fs.Int64("cache-max-size", 0, "bound of the module cache in bytes (0: none)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ks := strings.Fields(*kernels)
+	if *root == "" || len(ks) == 0 {
+		fmt.Fprintln(stderr, "mkosi modules: --root and --kernels are required")
+		return 2
+	}
+	for _, k := range ks {
+		if !gpustack.ValidKernel(k) {
+			fmt.Fprintf(stderr, "mkosi modules: --kernels: %q is not a kernel release\n", k)
+			return 2
+		}
+	}
+	var c *modcache.Cache
+	if *cache != "" {
+		c = modcache.New(*cache, *maxSize)
+	}
+	say := func(s string) { fmt.Fprintln(stdout, "  "+s) }
+	if err := modcache.Build(ctx, chrootTarget{root: *root, stdout: stdout, stderr: stderr}, c, ks, say); err != nil {
+		fmt.Fprintln(stderr, "mkosi modules:", err)
+		return 1
+	}
+	return 0
+}
+
+// chrootTarget is the image under mkosi: commands run with mkosi-chroot,
+// files are below the root.
+type chrootTarget struct {
+	root           string
+	stdout, stderr io.Writer
+}
+
+func (t chrootTarget) command(ctx context.Context, command string) *exec.Cmd {
+	return exec.CommandContext(ctx, "mkosi-chroot", "sh", "-c", command)
+}
+
+func (t chrootTarget) Run(ctx context.Context, command string) error {
+	cmd := t.command(ctx, command)
+	cmd.Stdout, cmd.Stderr = t.stdout, t.stderr
+	return cmd.Run()
+}
+
+func (t chrootTarget) Output(ctx context.Context, command string) (string, error) {
+	var out bytes.Buffer
+	cmd := t.command(ctx, command)
+	cmd.Stdout, cmd.Stderr = &out, t.stderr
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (t chrootTarget) path(p string) string { return filepath.Join(t.root, filepath.FromSlash(p)) }
+
+func (t chrootTarget) Upload(ctx context.Context, p string, f *os.File) error {
+	dst, err := os.OpenFile(t.path(p), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, f)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (t chrootTarget) Download(ctx context.Context, p string, open func() (io.WriteCloser, error)) error {
+	src, err := os.Open(t.path(p))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	w, err := open()
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(w, src)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,334 @@
+package modcache
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// NoAutoinstall, present while the driver package installs, keeps DKMS's
+// package scripts from building: Build adds, builds or restores, and
+// installs the modules itself, then removes it.
+const NoAutoinstall = "/etc/dkms/no-autoinstall"
+
+// restoreTar is where a cached archive is put in the image, and packTar
+// where a fresh build's is made; both on the image's disk, both removed.
+const (
+	restoreTar = "/var/lib/dkms/podvm-restore.tar"
+	packTar    = "/var/lib/dkms/podvm-pack.tar"
+)
+
+// exitRejected is the script's exit status for a cached archive that
+// failed its checks in the image.
+const exitRejected = 3
+
+// script is the image side, run as sh -c script podvm-dkms CMD ARGS. dkms
+// itself is bash, so bash is there to read dkms.conf the way dkms does.
+const script = `set -eu
+cmd=$1
+shift
+tree=/var/lib/dkms
+# dkms's default architecture.
+arch=$(uname -m)
+sha() { sha256sum | cut -d' ' -f1; }
+# unsigned_for K DIR: every module in DIR was built for kernel K and
+# carries no signature (the cache holds unsigned modules only).
+unsigned_for() {
+	n=0
+	for f in "$2"/*.ko "$2"/*.ko.xz "$2"/*.ko.zst "$2"/*.ko.gz; do
+		[ -e "$f" ] || continue
+		magic=$(modinfo -F vermagic "$f")
+		case "$magic" in
+		"$1 "*) ;;
+		*) echo "podvm-gpu: ${f##*/} was built for '$magic', not $1" >&2; return 1 ;;
+		esac
+		signer=$(modinfo -F signer "$f" 2>/dev/null || true)
+		[ -z "$signer" ] || { echo "podvm-gpu: ${f##*/} is signed by '$signer'; cached modules are unsigned" >&2; return 1; }
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] || { echo "podvm-gpu: no module in $2" >&2; return 1; }
+}
+case $cmd in
+pending)
+	# Every DKMS source a package put in /usr/src with AUTOINSTALL (as
+	# dkms's package hook picks them), added if the hook did not, and for
+	# each targeted kernel not installed yet: what its build reads.
+	kernels=$*
+	for conf in /usr/src/*/dkms.conf; do
+		[ -f "$conf" ] || continue
+		info=$(bash -c '. "$1" >/dev/null 2>&1; echo "$PACKAGE_NAME|$PACKAGE_VERSION|$AUTOINSTALL"' podvm "$conf")
+		name=$(echo "$info" | cut -d'|' -f1)
+		version=$(echo "$info" | cut -d'|' -f2)
+		[ -n "$(echo "$info" | cut -d'|' -f3)" ] || continue
+		[ -n "$name" ] && [ -n "$version" ] || { echo "podvm-gpu: $conf names no PACKAGE_NAME or PACKAGE_VERSION" >&2; exit 1; }
+		src=${conf%/dkms.conf}
+		[ -d "$tree/$name/$version" ] || dkms add -m "$name" -v "$version" >&2
+		pkg=$(dpkg-query -S "$conf" 2>/dev/null | cut -d: -f1 | head -n 1)
+		pkgver=$(dpkg-query -W -f '${Version}' "$pkg" 2>/dev/null || echo none)
+		srcsum=$(cd "$src" && find . -type f | LC_ALL=C sort | xargs -d '\n' sha256sum | sha)
+		for k in $kernels; do
+			build=/usr/lib/modules/$k/build
+			[ -e "$build/include" ] || { echo "podvm-gpu: no headers for $k ($build)" >&2; exit 1; }
+			if [ -L "$tree/$name/kernel-$k-$arch" ]; then
+				echo "podvm-gpu: $name/$version is installed for $k already" >&2
+				continue
+			fi
+			cc=$(sed -n 's|^CONFIG_CC_VERSION_TEXT="*\([^" ]*\) .*|\1|p' "$build/.config")
+			command -v "$cc" >/dev/null 2>&1 || cc=gcc
+			echo "entry $name $version $k $arch"
+			echo "layout 1"
+			echo "module $name $version"
+			echo "package $pkg $pkgver"
+			echo "source $srcsum"
+			echo "kernel $k $arch"
+			echo "kernel-abi $(sha <"$build/Module.symvers")"
+			echo "kernel-config $(sha <"$build/.config")"
+			echo "compiler $cc: $("$cc" --version | head -n 1)"
+			echo "dkms $(dkms --version | head -n 1)"
+			echo "end"
+		done
+	done
+	;;
+restore)
+	name=$1 version=$2 k=$3 a=$4
+	d=$tree/$name/$version/$k/$a
+	rm -rf "$d"
+	mkdir -p "$d"
+	if ! tar -xf ` + restoreTar + ` -C "$d" || ! unsigned_for "$k" "$d/module"; then
+		rm -rf "$d" ` + restoreTar + `
+		exit 3
+	fi
+	rm -f ` + restoreTar + `
+	dkms install -m "$name" -v "$version" -k "$k" -a "$a"
+	;;
+build)
+	name=$1 version=$2 k=$3 a=$4
+	dkms build -m "$name" -v "$version" -k "$k" -a "$a"
+	dkms install -m "$name" -v "$version" -k "$k" -a "$a"
+	;;
+pack)
+	name=$1 version=$2 k=$3 a=$4
+	d=$tree/$name/$version/$k/$a
+	unsigned_for "$k" "$d/module"
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf ` + packTar + ` -C "$d" module
+	# Readable by a communicator's unprivileged user.
+	chmod 0644 ` + packTar + `
+	;;
+unpack)
+	rm -f ` + packTar + `
+	;;
+finish)
+	rm -f ` + NoAutoinstall + `
+	;;
+*)
+	echo "podvm-dkms: unknown command $cmd" >&2
+	exit 2
+	;;
+esac
+`
+
+// Command is the image-side command for one step of the module build.
+func Command(args ...string) string {
+	var b strings.Builder
+	b.WriteString("sh -c " + quote(script) + " podvm-dkms")
+	for _, a := range args {
+		b.WriteString(" " + quote(a))
+	}
+	return b.String()
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Target is the image being built, reached through a Packer communicator
+// or mkosi-chroot.
+type Target interface {
+	// Run runs a command in the image, its output shown to the user. A
+	// command that ran and failed returns an error with an ExitStatus.
+	Run(ctx context.Context, command string) error
+	// Output runs a command in the image and returns its standard output.
+	Output(ctx context.Context, command string) (string, error)
+	// Upload writes the image's file path from f.
+	Upload(ctx context.Context, path string, f *os.File) error
+	// Download copies the image's file path to a writer from open, which
+	// it may call again to start over.
+	Download(ctx context.Context, path string, open func() (io.WriteCloser, error)) error
+}
+
+// exitStatuser is a failed command's error that knows its exit status.
+type exitStatuser interface{ ExitCode() int }
+
+// Pending is one DKMS module to build for one kernel.
+type Pending struct {
+	Name, Version, Kernel, Arch string
+	// Inputs is what the build reads, one "what value" per line: the
+	// cache key's text.
+	Inputs string
+}
+
+func (p Pending) String() string {
+	return fmt.Sprintf("%s/%s for %s (%s)", p.Name, p.Version, p.Kernel, p.Arch)
+}
+
+// ParsePending reads the script's pending report.
+func ParsePending(out string) ([]Pending, error) {
+	var ps []Pending
+	var cur *Pending
+	var inputs strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case cur == nil && strings.HasPrefix(line, "entry "):
+			f := strings.Fields(line)
+			if len(f) != 5 {
+				return nil, fmt.Errorf("dkms pending report: bad line %q", line)
+			}
+			cur = &Pending{Name: f[1], Version: f[2], Kernel: f[3], Arch: f[4]}
+			inputs.Reset()
+		case cur != nil && line == "end":
+			cur.Inputs = inputs.String()
+			ps = append(ps, *cur)
+			cur = nil
+		case cur != nil:
+			inputs.WriteString(line + "\n")
+		case strings.TrimSpace(line) == "":
+		default:
+			return nil, fmt.Errorf("dkms pending report: unexpected line %q", line)
+		}
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("dkms pending report: entry %s has no end", cur)
+	}
+	return ps, nil
+}
+
+// Build builds the DKMS modules of the given kernels in t, restoring them
+// from c where it holds a build of the same inputs and storing fresh
+// builds in it. c nil: no cache, every module is built. say reports
+// progress. Modules are left unsigned, for the signing step.
+func Build(ctx context.Context, t Target, c *Cache, kernels []string, say func(string)) error {
+	out, err := t.Output(ctx, Command(append([]string{"pending"}, kernels...)...))
+	if err != nil {
+		return fmt.Errorf("listing the DKMS modules to build: %w", err)
+	}
+	pending, err := ParsePending(out)
+	if err != nil {
+		return err
+	}
+	if len(pending) == 0 {
+		say("no DKMS module left to build for kernels " + strings.Join(kernels, " "))
+	}
+	for _, p := range pending {
+		if err := buildOne(ctx, t, c, p, say); err != nil {
+			return err
+		}
+	}
+	if err := t.Run(ctx, Command("finish")); err != nil {
+		return fmt.Errorf("removing %s: %w", NoAutoinstall, err)
+	}
+	return nil
+}
+
+func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(string)) error {
+	args := []string{p.Name, p.Version, p.Kernel, p.Arch}
+	if c != nil {
+		restored, err := restore(ctx, t, c, p, args, say)
+		if err != nil || restored {
+			return err
+		}
+	}
+	start := time.Now()
+	say(fmt.Sprintf("building %s with DKMS", p))
+	if err := t.Run(ctx, Command(append([]string{"build"}, args...)...)); err != nil {
+		return fmt.Errorf("building %s: %w", p, err)
+	}
+	say(fmt.Sprintf("built %s in %s", p, time.Since(start).Round(100*time.Millisecond)))
+	if c == nil {
+		return nil
+	}
+	return store(ctx, t, c, p, args, say)
+}
+
+// restore puts a cached build of p in place and installs it. It reports
+// false, and no error, when the cache has none or the one it has failed a
+// check: the caller builds then.
+func restore(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) (bool, error) {
+	start := time.Now()
+	f, err := c.Get(p.Inputs)
+	if errors.Is(err, ErrCorrupt) {
+		say(fmt.Sprintf("module cache: %v; removed it, building instead", err))
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if f == nil {
+		say(fmt.Sprintf("module cache: no build of %s (key %s) in %s", p, Key(p.Inputs)[:16], c.Dir))
+		return false, nil
+	}
+	defer f.Close()
+	if err := t.Upload(ctx, restoreTar, f); err != nil {
+		return false, fmt.Errorf("module cache: copying the cached build of %s into the image: %w", p, err)
+	}
+	err = t.Run(ctx, Command(append([]string{"restore"}, args...)...))
+	var es exitStatuser
+	if errors.As(err, &es) && es.ExitCode() == exitRejected {
+		say(fmt.Sprintf("module cache: the cached build of %s failed its checks in the image (see above); building instead", p))
+		_ = c.evict(Key(p.Inputs), nil)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("installing the cached build of %s: %w", p, err)
+	}
+	say(fmt.Sprintf("module cache: restored %s (key %s) in %s", p, Key(p.Inputs)[:16], time.Since(start).Round(100*time.Millisecond)))
+	return true, nil
+}
+
+// store packs a fresh build and keeps it. A failure to store costs the
+// next build time, not this one: it is reported and the build goes on.
+func store(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) error {
+	if err := t.Run(ctx, Command(append([]string{"pack"}, args...)...)); err != nil {
+		return fmt.Errorf("packing %s for the module cache: %w", p, err)
+	}
+	perr := errors.New("not downloaded")
+	err := c.receive(func(f *os.File) error {
+		err := t.Download(ctx, packTar, func() (io.WriteCloser, error) {
+			if err := f.Truncate(0); err != nil {
+				return nil, err
+			}
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+			return nopCloser{f}, nil
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		perr = c.Put(p.Inputs, f)
+		return nil
+	})
+	if rerr := t.Run(ctx, Command("unpack")); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("copying the build of %s out of the image: %w", p, err)
+	}
+	if perr != nil {
+		say(fmt.Sprintf("module cache: not stored: %v", perr))
+		return nil
+	}
+	say(fmt.Sprintf("module cache: stored %s (key %s)", p, Key(p.Inputs)[:16]))
+	return nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

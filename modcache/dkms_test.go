@@ -1,0 +1,221 @@
+package modcache
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// exitError is a command that ran and failed.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitError) ExitCode() int { return int(e) }
+
+// fakeImage plays the image side of the script: it reads the command
+// words after the script's name and keeps the files moved in and out.
+type fakeImage struct {
+	pending string            // the pending report
+	files   map[string][]byte // uploaded or packed
+	log     []string          // the commands, script name and arguments only
+	reject  bool              // restore checks fail (exit 3)
+}
+
+func (f *fakeImage) words(command string) []string {
+	i := strings.LastIndex(command, " podvm-dkms ")
+	if !strings.HasPrefix(command, "sh -c '") || i < 0 {
+		panic("not a podvm-dkms command: " + command)
+	}
+	var ws []string
+	for _, w := range strings.Fields(command[i+len(" podvm-dkms "):]) {
+		ws = append(ws, strings.Trim(w, "'"))
+	}
+	f.log = append(f.log, strings.Join(ws, " "))
+	return ws
+}
+
+func (f *fakeImage) Run(ctx context.Context, command string) error {
+	ws := f.words(command)
+	switch ws[0] {
+	case "restore":
+		if _, ok := f.files[restoreTar]; !ok {
+			return exitError(1)
+		}
+		delete(f.files, restoreTar)
+		if f.reject {
+			return exitError(exitRejected)
+		}
+	case "build":
+	case "pack":
+		f.files[packTar] = []byte("unsigned modules of " + ws[1] + " for " + ws[3])
+	case "unpack":
+		delete(f.files, packTar)
+	case "finish":
+	default:
+		return exitError(2)
+	}
+	return nil
+}
+
+func (f *fakeImage) Output(ctx context.Context, command string) (string, error) {
+	if ws := f.words(command); ws[0] != "pending" {
+		return "", exitError(2)
+	}
+	return f.pending, nil
+}
+
+func (f *fakeImage) Upload(ctx context.Context, path string, r *os.File) error {
+	data, err := io.ReadAll(r)
+	f.files[path] = data
+	return err
+}
+
+func (f *fakeImage) Download(ctx context.Context, path string, open func() (io.WriteCloser, error)) error {
+	data, ok := f.files[path]
+	if !ok {
+		return fmt.Errorf("%s: no such file", path)
+	}
+	w, err := open()
+	if err != nil {
+		return err
+	}
+	// A first attempt that breaks off: the retry starts over.
+	w.Write(data[:len(data)/2])
+	if w, err = open(); err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	return w.Close()
+}
+
+const report = `entry nvidia-current 550.163.01 6.12.1-amd64 x86_64
+layout 1
+module nvidia-current 550.163.01
+kernel 6.12.1-amd64 x86_64
+end
+entry nvidia-current 550.163.01 6.12.2-amd64 x86_64
+layout 1
+module nvidia-current 550.163.01
+kernel 6.12.2-amd64 x86_64
+end
+`
+
+func TestParsePending(t *testing.T) {
+	ps, err := ParsePending(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 || ps[1].String() != "nvidia-current/550.163.01 for 6.12.2-amd64 (x86_64)" ||
+		ps[0].Inputs != "layout 1\nmodule nvidia-current 550.163.01\nkernel 6.12.1-amd64 x86_64\n" {
+		t.Errorf("got %+v", ps)
+	}
+	for _, bad := range []string{"entry a b c\nend\n", "entry a b c d\nlayout 1\n", "garbage\n"} {
+		if _, err := ParsePending(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func build(t *testing.T, img *fakeImage, c *Cache) []string {
+	t.Helper()
+	img.log = nil
+	var said []string
+	if err := Build(context.Background(), img, c, []string{"6.12.1-amd64", "6.12.2-amd64"}, func(s string) { said = append(said, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(img.files) != 0 {
+		t.Errorf("files left in the image: %v", img.files)
+	}
+	return said
+}
+
+func TestBuildThroughCache(t *testing.T) {
+	c := New(t.TempDir(), 0)
+	img := &fakeImage{pending: report, files: map[string][]byte{}}
+	k1, k2 := "nvidia-current 550.163.01 6.12.1-amd64 x86_64", "nvidia-current 550.163.01 6.12.2-amd64 x86_64"
+
+	// Miss: built, packed, copied out and stored, per kernel.
+	build(t, img, c)
+	want := []string{"pending 6.12.1-amd64 6.12.2-amd64",
+		"build " + k1, "pack " + k1, "unpack",
+		"build " + k2, "pack " + k2, "unpack", "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("miss ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+	ps, _ := ParsePending(report)
+	if got, err := get(t, c, ps[1].Inputs); err != nil || string(got) != "unsigned modules of nvidia-current for 6.12.2-amd64" {
+		t.Fatalf("stored: %q, %v", got, err)
+	}
+
+	// Hit: restored, nothing built.
+	said := build(t, img, c)
+	want = []string{"pending 6.12.1-amd64 6.12.2-amd64", "restore " + k1, "restore " + k2, "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("hit ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(strings.Join(said, "\n"), "module cache: restored nvidia-current/550.163.01 for 6.12.1-amd64") {
+		t.Errorf("a hit does not say so: %q", said)
+	}
+
+	// A corrupt archive on the host: removed, that kernel rebuilt and
+	// stored again.
+	tar := filepath.Join(c.Dir, Key(ps[0].Inputs), entryTar)
+	if err := os.WriteFile(tar, []byte("unsigned modules of nvidia-current for 6.12.1-amd64, patched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	said = build(t, img, c)
+	want = []string{"pending 6.12.1-amd64 6.12.2-amd64", "build " + k1, "pack " + k1, "unpack", "restore " + k2, "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("corrupt entry ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+	if s := strings.Join(said, "\n"); !strings.Contains(s, "corrupt cache entry") || !strings.Contains(s, "building instead") {
+		t.Errorf("a corrupt entry is not reported: %q", said)
+	}
+	if got, _ := get(t, c, ps[0].Inputs); string(got) != "unsigned modules of nvidia-current for 6.12.1-amd64" {
+		t.Errorf("rebuilt entry: %q", got)
+	}
+
+	// Checks in the image fail (vermagic, a signature): removed, rebuilt.
+	img.reject = true
+	build(t, img, c)
+	want = []string{"pending 6.12.1-amd64 6.12.2-amd64",
+		"restore " + k1, "build " + k1, "pack " + k1, "unpack",
+		"restore " + k2, "build " + k2, "pack " + k2, "unpack", "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("rejected restore ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestBuildWithoutCache(t *testing.T) {
+	img := &fakeImage{pending: report, files: map[string][]byte{}}
+	build(t, img, nil)
+	k1, k2 := "nvidia-current 550.163.01 6.12.1-amd64 x86_64", "nvidia-current 550.163.01 6.12.2-amd64 x86_64"
+	want := []string{"pending 6.12.1-amd64 6.12.2-amd64", "build " + k1, "build " + k2, "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestBuildFailureNamesTheModule(t *testing.T) {
+	img := &failingBuild{fakeImage{pending: report, files: map[string][]byte{}}}
+	err := Build(context.Background(), img, New(t.TempDir(), 0), []string{"6.12.1-amd64"}, func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "building nvidia-current/550.163.01 for 6.12.1-amd64 (x86_64): exit status 10") {
+		t.Errorf("got %v", err)
+	}
+}
+
+type failingBuild struct{ fakeImage }
+
+func (f *failingBuild) Run(ctx context.Context, command string) error {
+	if strings.Contains(command, " podvm-dkms 'build'") {
+		return exitError(10)
+	}
+	return f.fakeImage.Run(ctx, command)
+}
