@@ -191,8 +191,10 @@ for k; do
 		fi
 		"$signfile" "$hash" "$dir/key.pem" "$dir/cert.der" "$dir/m.ko"
 		new="$f.podvm-new"
+		# xz -1 (1 MiB dictionary, CRC32, as the kernel's decompressor
+		# wants): 4x faster than -6 on nvidia.ko's 88 MB for 2% more bytes.
 		case "$f" in
-		*.ko.xz) xz --check=crc32 --lzma2=dict=1MiB -6 -c "$dir/m.ko" >"$new" ;;
+		*.ko.xz) xz --check=crc32 -1 -c "$dir/m.ko" >"$new" ;;
 		*.ko.zst) zstd -q -c "$dir/m.ko" >"$new" ;;
 		*.ko.gz) gzip -9 -c "$dir/m.ko" >"$new" ;;
 		*) cp "$dir/m.ko" "$new" ;;

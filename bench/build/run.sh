@@ -6,9 +6,10 @@
 #   1. make image, cold: a fresh cache (no base tree, no packages), as a
 #      first build on a new machine; the pinned packer binary is reused,
 #      since building tools is not what is measured.
-#   2. make image again with the same inputs, the cache from 1.
-#   3. make mkosi (example/mkosi/build.sh) with the same settings and a
-#      fresh package cache.
+#   2. make image again with the same inputs, the cache from 1 (base
+#      tree, module cache).
+#   3. make mkosi (example/mkosi/build.sh) with the same settings, a fresh
+#      package cache and a fresh module cache.
 #   4. by hand: debootstrap the same suite, then apt-get install the
 #      same kernel and driver packages in a bare chroot, as a user without
 #      this tool would (DKMS builds the modules in that install).
@@ -64,7 +65,7 @@ measure image-warm image
 # 3: mkosi, same settings, its own fresh package cache.
 mkosi_build() {
 	# make mkosi runs this script; the later --package-cache-dir wins.
-	PODVM_MKOSI_TREE="$WORK/mkosi-tree" PODVM_MKOSI_OUTPUT="$WORK/mkosi-out" \
+	PODVM_MKOSI_TREE="$WORK/mkosi-tree" PODVM_MKOSI_OUTPUT="$WORK/mkosi-out" PODVM_MODULE_CACHE_DIR="$WORK/mkosi-modules" \
 		"$ROOT/example/mkosi/build.sh" --package-cache-dir="$WORK/mkosi-pkgcache"
 }
 measure mkosi mkosi_build
