@@ -75,7 +75,7 @@ func TestModuleKeyTree(t *testing.T) {
 			t.Errorf("%s holds the key", f.Path)
 		}
 	}
-	for _, want := range []string{"BuildSources=.", keys + ":" + moduleKeySource, certs + ":" + moduleCertSource, "Environment=MODPASS"} {
+	for _, want := range []string{"BuildSources=../..,", keys + ":" + moduleKeySource, certs + ":" + moduleCertSource, "Environment=MODPASS"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("profile mkosi.conf lacks %q:\n%s", want, conf)
 		}
@@ -107,6 +107,11 @@ func TestModuleKeyTree(t *testing.T) {
 	}
 	if !slices.Contains(targets, moduleKeySource) || !slices.Contains(targets, moduleCertSource) {
 		t.Errorf("mkosi's BuildSources %+v lack the key mounts", img.BuildSources)
+	}
+	// The tree itself stays mounted at $SRCDIR: the scripts read their
+	// files there (a profile's "." would be the profile's directory).
+	if len(img.BuildSources) == 0 || img.BuildSources[0].Target != "" || filepath.Clean(img.BuildSources[0].Source) != filepath.Clean(dir) {
+		t.Errorf("mkosi's first BuildSources %+v: want the tree %s at $SRCDIR", img.BuildSources, dir)
 	}
 	if _, ok := img.Environment["MODPASS"]; !ok {
 		t.Errorf("mkosi's Environment %v lacks MODPASS", img.Environment)

@@ -518,8 +518,14 @@ func (r *renderer) finish() error {
 	}
 	if len(r.sources) > 0 {
 		// Setting BuildSources= replaces the default mount of the tree
-		// itself, so the tree is listed first.
-		sb.list("BuildSources", append([]string{"."}, r.sources...))
+		// itself, so the tree is listed first. mkosi reads a relative
+		// path from the directory of the file that sets it: from a
+		// profile's mkosi.conf the tree is its parent's parent.
+		top := "."
+		if r.prefix != "" {
+			top = strings.TrimSuffix(strings.Repeat("../", strings.Count(r.prefix, "/")), "/")
+		}
+		sb.list("BuildSources", append([]string{top}, r.sources...))
 	}
 	if len(r.environment) > 0 {
 		sb.list("Environment", r.environment)
