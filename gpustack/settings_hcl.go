@@ -76,12 +76,12 @@ type Settings struct {
 	HoldPackages *string `mapstructure:"hold_packages" required:"false"`
 	// Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository. Environment: `PODVM_VERIFY`; default: yes.
 	Verify *string `mapstructure:"verify" required:"false"`
-	// Keep the NVIDIA modules DKMS builds, unsigned, in module_cache_dir on the build host, keyed by kernel ABI and configuration, driver package and source, DKMS and compiler, and restore them (checked: hash, vermagic, no signature; then signed as a fresh build) when a build has the same inputs. auto: where the build host holds the image (the podvm-rootfs chroot, mkosi); yes: also on a remote VM, copied over the communicator; no: always build. Environment: `PODVM_MODULE_CACHE`; default: auto.
-	ModuleCache *string `mapstructure:"module_cache" required:"false"`
-	// The module cache's directory on the build host. Builds running at once share it safely; remove it to clear the cache. Environment: `PODVM_MODULE_CACHE_DIR`; default: `$PODVM_CACHE/modules`, else `$XDG_CACHE_HOME/podvm/modules`, else `~/.cache/podvm/modules`.
-	ModuleCacheDir *string `mapstructure:"module_cache_dir" required:"false"`
-	// Bound of the module cache: the least recently used builds go first. 0: no bound. Environment: `PODVM_MODULE_CACHE_MAX_SIZE`; default: 4GiB.
-	ModuleCacheMaxSize *string `mapstructure:"module_cache_max_size" required:"false"`
+	// Caches on the build host, in build_cache_dir: the NVIDIA modules DKMS builds (modules/), kept unsigned and keyed by kernel ABI and configuration, driver package and source, DKMS and compiler, restored after checks (hash, vermagic, no signature) and signed as a fresh build; and the .debs apt downloads into the podvm-rootfs chroot (debs/), checked against the archive's hashes before apt sees them. auto: where the build host holds the image (the podvm-rootfs chroot, mkosi, whose own package cache serves the .debs); yes: modules also for a remote VM, copied over the communicator; no: none. Environment: `PODVM_BUILD_CACHE`; default: auto.
+	BuildCache *string `mapstructure:"build_cache" required:"false"`
+	// The build caches' directory on the build host (modules/ and debs/ in it). Builds running at once share it safely; remove either folder to clear that cache. Environment: `PODVM_BUILD_CACHE_DIR`; default: `$PODVM_CACHE`, else `$XDG_CACHE_HOME/podvm`, else `~/.cache/podvm`.
+	BuildCacheDir *string `mapstructure:"build_cache_dir" required:"false"`
+	// Bound of each build cache (modules/, debs/): the least recently used entries go first. 0: no bound. Environment: `PODVM_BUILD_CACHE_MAX_SIZE`; default: 4GiB.
+	BuildCacheMaxSize *string `mapstructure:"build_cache_max_size" required:"false"`
 	// Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds. Environment: `SOURCE_DATE_EPOCH`; default: now.
 	SourceDateEpoch *string `mapstructure:"source_date_epoch" required:"false"`
 }
@@ -194,14 +194,14 @@ func (s *Settings) Explicit() map[string]Raw {
 	if s.Verify != nil {
 		m["verify"] = Scalar(*s.Verify)
 	}
-	if s.ModuleCache != nil {
-		m["module_cache"] = Scalar(*s.ModuleCache)
+	if s.BuildCache != nil {
+		m["build_cache"] = Scalar(*s.BuildCache)
 	}
-	if s.ModuleCacheDir != nil {
-		m["module_cache_dir"] = Scalar(*s.ModuleCacheDir)
+	if s.BuildCacheDir != nil {
+		m["build_cache_dir"] = Scalar(*s.BuildCacheDir)
 	}
-	if s.ModuleCacheMaxSize != nil {
-		m["module_cache_max_size"] = Scalar(*s.ModuleCacheMaxSize)
+	if s.BuildCacheMaxSize != nil {
+		m["build_cache_max_size"] = Scalar(*s.BuildCacheMaxSize)
 	}
 	if s.SourceDateEpoch != nil {
 		m["source_date_epoch"] = Scalar(*s.SourceDateEpoch)

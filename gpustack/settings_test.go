@@ -198,8 +198,8 @@ func samples(s *Setting) (a, b Raw) {
 		"nvidia_module_signing_key":             {"/keys/a.key", "/keys/b.key"},
 		"nvidia_module_signing_cert":            {"/keys/a.pem", "/keys/b.der"},
 		"nvidia_module_signing_passphrase_env":  {"MODPASS_A", "MODPASS_B"},
-		"module_cache_dir":                      {"/srv/cache-a", "/srv/cache-b"},
-		"module_cache_max_size":                 {"500MiB", "0"},
+		"build_cache_dir":                       {"/srv/cache-a", "/srv/cache-b"},
+		"build_cache_max_size":                  {"500MiB", "0"},
 	}[s.Key]
 	return Scalar(v[0]), Scalar(v[1])
 }

@@ -54,7 +54,7 @@ func TestModuleKeyTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := plan(t, "debian", "13", map[string]string{
-		"module_cache_dir":                      cache,
+		"build_cache_dir":                       cache,
 		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
 		"nvidia_module_signing":                 "key",
 		"nvidia_module_signing_key":             keyFile,

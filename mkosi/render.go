@@ -382,7 +382,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 const moduleCacheSource = "podvm-module-cache"
 
 // buildModules has this program build the DKMS modules in the image with
-// mkosi-chroot, through the module cache unless module_cache=no: mkosi
+// mkosi-chroot, through the module cache unless build_cache=no: mkosi
 // always builds on the host that holds the image.
 func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) error {
 	r.needBin = true
@@ -390,7 +390,7 @@ func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) err
 	cache := ""
 	if a.Cache.Mode != "no" {
 		if !filepath.IsAbs(a.Cache.Dir) {
-			return fmt.Errorf("module cache: module_cache_dir %q is not an absolute path (the generator resolves the default)", a.Cache.Dir)
+			return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", a.Cache.Dir)
 		}
 		if m := modcache.Dir(a.Cache.Dir) + ":" + moduleCacheSource; !slices.Contains(r.sources, m) {
 			r.sources = append(r.sources, m)

@@ -48,8 +48,8 @@ func plan(t *testing.T, distro, release string, settings map[string]string) *gpu
 	t.Helper()
 	// The generator resolves the cache directory; the trees name it.
 	explicit := map[string]gpustack.Raw{}
-	if _, ok := settings["module_cache_dir"]; !ok {
-		explicit["module_cache_dir"] = gpustack.Scalar(goldenCacheDir)
+	if _, ok := settings["build_cache_dir"]; !ok {
+		explicit["build_cache_dir"] = gpustack.Scalar(goldenCacheDir)
 	}
 	var security string
 	for k, v := range settings {
@@ -82,7 +82,7 @@ func (c treeCase) render(t *testing.T, bin, cacheDir string) []File {
 	t.Helper()
 	settings := map[string]string{"enable_nvidia_gpu": c.gpu, "source_date_epoch": "1700000000"}
 	if cacheDir != "" {
-		settings["module_cache_dir"] = cacheDir
+		settings["build_cache_dir"] = cacheDir
 	}
 	if c.gpu == "yes" {
 		// A local key file: the tests never reach NVIDIA.

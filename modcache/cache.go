@@ -57,9 +57,9 @@ func New(dir string, maxSize int64) *Cache {
 	return &Cache{Dir: dir, MaxSize: maxSize, now: time.Now}
 }
 
-// Dir is where the entries are below the module cache directory: one
+// Dir is where the entries are below the build cache directory: one
 // folder per layout, so a new layout starts empty.
-func Dir(root string) string { return filepath.Join(root, layout) }
+func Dir(root string) string { return filepath.Join(root, "modules", layout) }
 
 // Key is the content key of a build's inputs.
 func Key(inputs string) string {
@@ -350,20 +350,18 @@ func (c *Cache) clock() time.Time {
 	return c.now()
 }
 
-// Root resolves the module_cache_dir setting: "" is $PODVM_CACHE/modules,
-// else the modules folder of the user's podvm cache directory.
+// Root resolves the build_cache_dir setting: "" is $PODVM_CACHE, else the
+// user's podvm cache directory.
 func Root(dir string) (string, error) {
 	if dir == "" {
-		if c := os.Getenv("PODVM_CACHE"); c != "" {
-			dir = filepath.Join(c, "modules")
-		}
+		dir = os.Getenv("PODVM_CACHE")
 	}
 	if dir != "" {
 		return filepath.Abs(dir)
 	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("module cache: module_cache_dir is not set and %w", err)
+		return "", fmt.Errorf("build cache: build_cache_dir is not set and %w", err)
 	}
-	return filepath.Join(base, "podvm", "modules"), nil
+	return filepath.Join(base, "podvm"), nil
 }

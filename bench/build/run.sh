@@ -65,7 +65,7 @@ measure image-warm image
 # 3: mkosi, same settings, its own fresh package cache.
 mkosi_build() {
 	# make mkosi runs this script; the later --package-cache-dir wins.
-	PODVM_MKOSI_TREE="$WORK/mkosi-tree" PODVM_MKOSI_OUTPUT="$WORK/mkosi-out" PODVM_MODULE_CACHE_DIR="$WORK/mkosi-modules" \
+	PODVM_MKOSI_TREE="$WORK/mkosi-tree" PODVM_MKOSI_OUTPUT="$WORK/mkosi-out" PODVM_BUILD_CACHE_DIR="$WORK/mkosi-modules" \
 		"$ROOT/example/mkosi/build.sh" --package-cache-dir="$WORK/mkosi-pkgcache"
 }
 measure mkosi mkosi_build

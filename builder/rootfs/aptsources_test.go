@@ -2,9 +2,12 @@ package rootfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -260,6 +263,8 @@ func fakeAptGet(t *testing.T, root, failOn string) {
 	script := `#!/bin/sh
 mkdir -p /var/log
 echo "$DEBIAN_FRONTEND $*" >> /var/log/apt-get.calls
+# Nothing to download: the deb cache has nothing to do.
+case "$*" in *--print-uris*) exit 0;; esac
 `
 	if failOn != "" {
 		script += `case "$*" in *` + failOn + `*)
@@ -295,7 +300,10 @@ func assertAptSources(t *testing.T, root, mirror, security string) {
 func assertAptGetCalls(t *testing.T, root string) {
 	t.Helper()
 	data, _ := os.ReadFile(filepath.Join(root, "var/log/apt-get.calls"))
-	want := "noninteractive " + strings.Join(upgradeCommands, "\nnoninteractive ") + "\n"
+	calls := slices.Clone(upgradeCommands)
+	// The deb cache asks what the upgrade would download first.
+	calls = slices.Insert(calls, upgradeDownloads, upgradeCommands[upgradeDownloads]+" --print-uris -qq")
+	want := "noninteractive " + strings.Join(calls, "\nnoninteractive ") + "\n"
 	want = strings.ReplaceAll(want, "noninteractive apt-get ", "noninteractive ")
 	if string(data) != want {
 		t.Errorf("apt-get calls:\n%s\nwant:\n%s", data, want)
@@ -346,4 +354,61 @@ func TestBuildUpgrade(t *testing.T) {
 		}
 		assertTornDown(t, f.out)
 	})
+}
+
+// TestBuildUpgradeThroughDebCache runs the upgrade's download through the
+// host's deb cache: the first build downloads and keeps the package, the
+// second finds it in apt's archive directory before apt runs, and a
+// damaged copy in the cache (same size: apt would take it) is never
+// placed, so apt downloads again.
+func TestBuildUpgradeThroughDebCache(t *testing.T) {
+	t.Setenv("PODVM_BUILD_CACHE_DIR", t.TempDir())
+	content := "package p!"
+	sum := sha256.Sum256([]byte(content))
+	aptGet := `#!/bin/sh
+a=/var/cache/apt/archives
+mkdir -p /var/log $a/partial
+case "$*" in
+*--print-uris*) echo "'http://mirror.example/debian/pool/main/p/p/p_1_all.deb' p_1_all.deb 10 MD5Sum:x" ;;
+*full-upgrade*)
+	if [ -e $a/p_1_all.deb ]; then echo "found $(cat $a/p_1_all.deb)" >> /var/log/apt-get.calls
+	else printf '` + content + `' > $a/p_1_all.deb; echo downloaded >> /var/log/apt-get.calls; fi ;;
+*clean*) rm -f $a/*.deb ;;
+esac
+`
+	aptCache := `#!/bin/sh
+[ "$*" = "show p=1" ] || exit 100
+printf 'Package: p\nVersion: 1\nFilename: pool/main/p/p/p_1_all.deb\nSize: 10\nSHA256: ` + hex.EncodeToString(sum[:]) + `\n'
+`
+	build := func() (calls, output string) {
+		t.Helper()
+		f := newFixture(t, map[string]interface{}{"upgrade": true})
+		for name, script := range map[string]string{"bin/apt-get": aptGet, "bin/apt-cache": aptCache} {
+			if err := os.WriteFile(filepath.Join(f.builder.config.SourcePath, name), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ui := &testUi{}
+		if _, err := f.run(context.Background(), ui, &commandHook{commands: []string{"true"}}); err != nil {
+			t.Fatalf("%v\n%s", err, ui.output())
+		}
+		data, _ := os.ReadFile(filepath.Join(f.out, "var/log/apt-get.calls"))
+		return string(data), ui.output()
+	}
+	if calls, out := build(); calls != "downloaded\n" || !strings.Contains(out, "deb cache: 0 of 1 packages from the cache") || !strings.Contains(out, "deb cache: kept 1 packages") {
+		t.Errorf("first build: apt %q\n%s", calls, out)
+	}
+	if calls, out := build(); calls != "found "+content+"\n" || !strings.Contains(out, "deb cache: 1 of 1 packages from the cache") {
+		t.Errorf("second build: apt %q\n%s", calls, out)
+	}
+	stored := filepath.Join(os.Getenv("PODVM_BUILD_CACHE_DIR"), "debs", "v1", hex.EncodeToString(sum[:])+".deb")
+	if err := os.WriteFile(stored, []byte("package q!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if calls, out := build(); calls != "downloaded\n" {
+		t.Errorf("build with a damaged cached copy: apt %q\n%s", calls, out)
+	}
+	if got, _ := os.ReadFile(stored); string(got) != content {
+		t.Errorf("the cache holds %q after the rebuild; want the good copy again", got)
+	}
 }

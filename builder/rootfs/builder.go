@@ -40,13 +40,17 @@ func (b *Builder) Prepare(raws ...interface{}) ([]string, []string, error) {
 	if err := b.config.Prepare(realHost(), raws...); err != nil {
 		return nil, nil, err
 	}
-	return []string{GeneratedChroot}, append(b.config.warnings(), b.config.hostProblems(realHost())...), nil
+	return []string{GeneratedChroot, GeneratedChrootDir}, append(b.config.warnings(), b.config.hostProblems(realHost())...), nil
 }
 
 // GeneratedChroot is the builder's generated variable that tells
 // provisioners their target is this builder's chroot ("true"): the
 // podvm-gpu provisioner then runs dpkg without fsync, as mkosi does.
 const GeneratedChroot = "PodvmChroot"
+
+// GeneratedChrootDir is the tree's path on the build host, where the
+// podvm-gpu provisioner places cached .debs for apt in the chroot.
+const GeneratedChrootDir = "PodvmChrootDir"
 
 func (b *Builder) Run(ctx context.Context, ui packersdk.Ui, hook packersdk.Hook) (packersdk.Artifact, error) {
 	if problems := b.config.hostProblems(b.host()); len(problems) > 0 {

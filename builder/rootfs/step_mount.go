@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"github.com/hashicorp/packer-plugin-sdk/packerbuilderdata"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/mount"
@@ -92,6 +93,7 @@ func (s *stepMount) Run(ctx context.Context, state multistep.StateBag) multistep
 	// cancelled; this makes cancelling the build end its commands.
 	sess.stopCloseOnCancel = context.AfterFunc(ctx, func() { comm.Close() })
 	state.Put("communicator", comm)
+	(&packerbuilderdata.GeneratedData{State: state}).Put(GeneratedChrootDir, sess.root)
 	return multistep.ActionContinue
 }
 

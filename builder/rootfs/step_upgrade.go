@@ -1,8 +1,14 @@
 package rootfs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
@@ -19,6 +25,41 @@ var upgradeCommands = []string{
 	"apt-get -q clean",
 }
 
+// upgradeDownloads is the command of upgradeCommands that downloads.
+const upgradeDownloads = 1
+
+// debStore is the host's deb cache the builder shares with the podvm-gpu
+// provisioner: $PODVM_BUILD_CACHE_DIR/debs, else $PODVM_CACHE/debs, else
+// the user's; none with skip_cache.
+func debStore(cfg *Config) *debcache.Store {
+	if cfg.SkipCache || os.Getenv("PODVM_BUILD_CACHE") == "no" {
+		return nil
+	}
+	root, err := modcache.Root(os.Getenv("PODVM_BUILD_CACHE_DIR"))
+	if err != nil {
+		return nil
+	}
+	return debcache.New(root, debCacheMaxSize)
+}
+
+// debCacheMaxSize is the build_cache_max_size default.
+const debCacheMaxSize = 4 << 30
+
+// outputInChroot runs command through comm and returns its standard
+// output; a non-zero exit is an error with the end of its output.
+func outputInChroot(ctx context.Context, comm packersdk.Communicator, command string) (string, error) {
+	var stdout bytes.Buffer
+	out := &lineLog{prefix: "chroot"}
+	rc := &packersdk.RemoteCmd{Command: command, Stdout: &stdout, Stderr: out}
+	if err := comm.Start(ctx, rc); err != nil {
+		return "", err
+	}
+	if status := rc.Wait(); status != 0 {
+		return "", fmt.Errorf("%q exited %d%s", command, status, out.tail())
+	}
+	return stdout.String(), nil
+}
+
 // stepUpgrade runs upgradeCommands in the chroot (upgrade), after the
 // mounts, resolv.conf and policy-rc.d are in place and before any
 // provisioner.
@@ -31,9 +72,23 @@ func (s *stepUpgrade) Run(ctx context.Context, state multistep.StateBag) multist
 	}
 	ui := state.Get("ui").(packersdk.Ui)
 	comm := state.Get("communicator").(packersdk.Communicator)
+	sess := state.Get("session").(*session)
+	debs := debStore(cfg)
 	err := timed(ui, "Upgrading the tree's packages", func() error {
-		for _, c := range upgradeCommands {
-			if err := timed(ui, "Running "+c, func() error { return runInChroot(ctx, comm, ui, c) }); err != nil {
+		for i, c := range upgradeCommands {
+			run := func() error { return runInChroot(ctx, comm, ui, c) }
+			if i == upgradeDownloads && debs != nil {
+				// Through the host's deb cache (debcache): apt's archive
+				// directory, resolved inside the tree.
+				dir, err := chroot.ResolveIn(sess.root, "/var/cache/apt/archives")
+				if err != nil {
+					return err
+				}
+				query := func(cmd string) (string, error) { return outputInChroot(ctx, comm, cmd) }
+				inner := run
+				run = func() error { return debs.Around(query, c, dir, inner, ui.Say) }
+			}
+			if err := timed(ui, "Running "+c, run); err != nil {
 				return err
 			}
 		}

@@ -44,7 +44,15 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			e.ui.Error(fmt.Sprintf("could not remove %s: %v", newDir, cerr))
 		}
 	}()
-	if _, err := e.r.runApt(ctx, downloadCommand(b, newDir)); err != nil {
+	prep, fetch, archives, finish := downloadCommands(b, newDir)
+	if _, err := e.r.run(ctx, prep); err != nil {
+		return err
+	}
+	err = e.withDebs(ctx, fetch, archives, func() error {
+		_, err := e.r.runApt(ctx, fetch+" && "+finish)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	// The .debs travel as the communicator's user, who cannot read what
@@ -252,22 +260,26 @@ func poolName(n string) string {
 	return n
 }
 
-// downloadCommand prepares newDir and fills it with the .debs. With the
-// full closure, apt-get install --download-only resolves against an empty
-// dpkg status: apt's own resolver picks exactly what a consumer with
-// nothing installed needs, alternatives and virtual packages included,
-// which no hand-walk of apt-cache depends gets right. Recommends are left
-// out: a consumer installing headers does not need them. The package caches
-// are disabled so the image's apt state is not touched.
-func downloadCommand(b gpustack.BakeRepo, newDir string) string {
+// downloadCommands are the commands that fill newDir with the .debs:
+// prep makes it, fetch downloads into archives (a directory in the
+// image), finish moves the files into place. With the full closure, apt-get
+// install --download-only resolves against an empty dpkg status: apt's own
+// resolver picks exactly what a consumer with nothing installed needs,
+// alternatives and virtual packages included, which no hand-walk of
+// apt-cache depends gets right. Recommends are left out: a consumer
+// installing headers does not need them. The package caches are disabled
+// so the image's apt state is not touched.
+func downloadCommands(b gpustack.BakeRepo, newDir string) (prep, fetch, archives, finish string) {
 	n := shellQuote(newDir)
-	apt := `-o Dir::State::status="$t/status" -o Dir::Cache::archives="$t/archives" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root`
-	prep := "rm -rf " + n + " && mkdir -p " + n + `/.apt/archives/partial && t=` + n + `/.apt && : > "$t/status" && `
+	t := shellQuote(newDir + "/.apt")
+	apt := `-o Dir::State::status=` + t + `/status -o Dir::Cache::archives=` + t + `/archives -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root`
+	prep = "rm -rf " + n + " && mkdir -p " + t + "/archives/partial && : > " + t + "/status"
 	if b.Closure {
-		return prep + aptPrefix + " " + apt + " -o APT::Install-Recommends=false --download-only install " + quoteAll(b.Packages...) +
-			` && mv "$t"/archives/*.deb ` + n + `/ && rm -rf "$t"`
+		fetch = aptPrefix + " " + apt + " -o APT::Install-Recommends=false --download-only install " + quoteAll(b.Packages...)
+		return prep, fetch, newDir + "/.apt/archives", "mv " + t + "/archives/*.deb " + n + "/ && rm -rf " + t
 	}
-	return prep + "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + quoteAll(b.Packages...) + ` && rm -rf "$t"`
+	fetch = "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + quoteAll(b.Packages...)
+	return prep, fetch, newDir, "rm -rf " + t
 }
 
 // manifest is the manifest of the image as it is now: the bake reads the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
@@ -57,6 +58,10 @@ type executor struct {
 	moduleCert []byte
 	// driverSource is the driver source a ChooseDriver took ("" before).
 	driverSource string
+	// debs is the deb cache where the image is a chroot on this host,
+	// whose root is chrootRoot; nil otherwise.
+	debs       *debcache.Store
+	chrootRoot string
 }
 
 func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
@@ -68,6 +73,7 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
 	e.dpkgUnsafe = e.unsafeDpkg()
+	e.debs, e.chrootRoot = e.debCache(gpustack.ModuleCache{Mode: o.ModuleCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize})
 	plan, err := gpustack.NewPlan(o, t)
 	if err != nil {
 		return fmt.Errorf("podvm-gpu: planning for %s: %w", t, err)
@@ -141,8 +147,11 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		if a.NoRecommends {
 			cmd += " --no-install-recommends"
 		}
-		_, err := e.r.runApt(ctx, cmd+" "+quoteAll(a.Packages...))
-		return err
+		cmd += " " + quoteAll(a.Packages...)
+		return e.withDebs(ctx, cmd, "/var/cache/apt/archives", func() error {
+			_, err := e.r.runApt(ctx, cmd)
+			return err
+		})
 	case gpustack.ChooseDriver:
 		return e.chooseDriver(ctx, a)
 	case gpustack.IfDriverSource:

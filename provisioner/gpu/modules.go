@@ -10,7 +10,7 @@ import (
 )
 
 // buildModules builds the DKMS modules, through the build host's module
-// cache where module_cache allows it for this target.
+// cache where build_cache allows it for this target.
 func (e *executor) buildModules(ctx context.Context, a gpustack.BuildModules) error {
 	var c *modcache.Cache
 	local := e.generated[generatedChroot] == "true"
@@ -22,7 +22,7 @@ func (e *executor) buildModules(ctx context.Context, a gpustack.BuildModules) er
 		}
 		c = modcache.New(modcache.Dir(root), a.Cache.MaxSize)
 	case a.Cache.Mode == "auto":
-		e.ui.Say("module cache: off, the image is not on this host (module_cache=auto); module_cache=yes copies builds over the communicator")
+		e.ui.Say("module cache: off, the image is not on this host (build_cache=auto); build_cache=yes copies builds over the communicator")
 	}
 	return modcache.Build(ctx, commTarget{e.r}, c, a.Kernels, func(s string) { e.ui.Say(s) })
 }

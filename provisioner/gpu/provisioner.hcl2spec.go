@@ -53,9 +53,9 @@ type FlatConfig struct {
 	OutputDir                         *string           `mapstructure:"output_dir" required:"false" cty:"output_dir" hcl:"output_dir"`
 	HoldPackages                      *string           `mapstructure:"hold_packages" required:"false" cty:"hold_packages" hcl:"hold_packages"`
 	Verify                            *string           `mapstructure:"verify" required:"false" cty:"verify" hcl:"verify"`
-	ModuleCache                       *string           `mapstructure:"module_cache" required:"false" cty:"module_cache" hcl:"module_cache"`
-	ModuleCacheDir                    *string           `mapstructure:"module_cache_dir" required:"false" cty:"module_cache_dir" hcl:"module_cache_dir"`
-	ModuleCacheMaxSize                *string           `mapstructure:"module_cache_max_size" required:"false" cty:"module_cache_max_size" hcl:"module_cache_max_size"`
+	BuildCache                        *string           `mapstructure:"build_cache" required:"false" cty:"build_cache" hcl:"build_cache"`
+	BuildCacheDir                     *string           `mapstructure:"build_cache_dir" required:"false" cty:"build_cache_dir" hcl:"build_cache_dir"`
+	BuildCacheMaxSize                 *string           `mapstructure:"build_cache_max_size" required:"false" cty:"build_cache_max_size" hcl:"build_cache_max_size"`
 	SourceDateEpoch                   *string           `mapstructure:"source_date_epoch" required:"false" cty:"source_date_epoch" hcl:"source_date_epoch"`
 	ExecuteCommand                    *string           `mapstructure:"execute_command" required:"false" cty:"execute_command" hcl:"execute_command"`
 	Env                               map[string]string `mapstructure:"env" required:"false" cty:"env" hcl:"env"`
@@ -119,9 +119,9 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"output_dir":                            &hcldec.AttrSpec{Name: "output_dir", Type: cty.String, Required: false},
 		"hold_packages":                         &hcldec.AttrSpec{Name: "hold_packages", Type: cty.String, Required: false},
 		"verify":                                &hcldec.AttrSpec{Name: "verify", Type: cty.String, Required: false},
-		"module_cache":                          &hcldec.AttrSpec{Name: "module_cache", Type: cty.String, Required: false},
-		"module_cache_dir":                      &hcldec.AttrSpec{Name: "module_cache_dir", Type: cty.String, Required: false},
-		"module_cache_max_size":                 &hcldec.AttrSpec{Name: "module_cache_max_size", Type: cty.String, Required: false},
+		"build_cache":                           &hcldec.AttrSpec{Name: "build_cache", Type: cty.String, Required: false},
+		"build_cache_dir":                       &hcldec.AttrSpec{Name: "build_cache_dir", Type: cty.String, Required: false},
+		"build_cache_max_size":                  &hcldec.AttrSpec{Name: "build_cache_max_size", Type: cty.String, Required: false},
 		"source_date_epoch":                     &hcldec.AttrSpec{Name: "source_date_epoch", Type: cty.String, Required: false},
 		"execute_command":                       &hcldec.AttrSpec{Name: "execute_command", Type: cty.String, Required: false},
 		"env":                                   &hcldec.AttrSpec{Name: "env", Type: cty.Map(cty.String), Required: false},

@@ -65,7 +65,7 @@ func TestImageE2E(t *testing.T) {
 	// A module cache of this run's own: the Packer build misses and stores
 	// the DKMS build, the mkosi builds of the same kernel and driver
 	// restore it.
-	settings := append(e2eSettings(mirror), "PODVM_MODULE_CACHE_DIR="+t.TempDir())
+	settings := append(e2eSettings(mirror), "PODVM_BUILD_CACHE_DIR="+t.TempDir())
 
 	rootfs, arts := buildWithPacker(t, env, root, settings)
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
