@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -174,8 +175,11 @@ func (s *Store) place(w Want, dst string) (bool, error) {
 		return false, fmt.Errorf("deb cache: %w", err)
 	}
 	defer src.Close()
+	// dir is the image's: O_EXCL, so a link planted there is never
+	// followed out of the tree (Remove drops a link, not its target).
 	tmp := dst + ".podvm-partial"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	os.Remove(tmp)
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("deb cache: %w", err)
 	}
@@ -214,9 +218,9 @@ func (s *Store) Collect(wants []Want, dir string) (int, error) {
 		if _, err := os.Stat(s.path(w.SHA256)); err == nil {
 			continue
 		}
-		f, err := os.Open(filepath.Join(dir, w.File))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // apt removed it, or never needed it
+		f, err := os.OpenFile(filepath.Join(dir, w.File), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+			continue // apt removed it or never needed it, or a link
 		}
 		if err != nil {
 			return n, fmt.Errorf("deb cache: %w", err)

@@ -223,3 +223,38 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestLinksInTheImageAreNotFollowed: the archive directory is the image's,
+// and links planted there must not reach files outside it.
+func TestLinksInTheImageAreNotFollowed(t *testing.T) {
+	s := New(t.TempDir(), 0)
+	outside := filepath.Join(t.TempDir(), "host-file")
+	must(t, os.WriteFile(outside, []byte("host data"), 0o600))
+	data := []byte("package a")
+	w := want("a_1_all.deb", data)
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, w.File), data, 0o644))
+	if n, err := s.Collect([]Want{w}, src); n != 1 || err != nil {
+		t.Fatalf("collect: %d, %v", n, err)
+	}
+
+	archives := t.TempDir()
+	must(t, os.Symlink(outside, filepath.Join(archives, w.File+".podvm-partial")))
+	if n, _, err := s.Seed([]Want{w}, archives); n != 1 || err != nil {
+		t.Fatalf("seed: %d, %v", n, err)
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "host data" {
+		t.Errorf("a planted link was followed: the host file now holds %q", got)
+	}
+
+	// A link where apt's download should be is not read into the cache,
+	// even when its target has the wanted content.
+	store := New(t.TempDir(), 0)
+	link := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	must(t, os.WriteFile(target, data, 0o644))
+	must(t, os.Symlink(target, filepath.Join(link, w.File)))
+	if n, err := store.Collect([]Want{w}, link); n != 0 || err != nil {
+		t.Errorf("collect through a link: %d, %v", n, err)
+	}
+}
