@@ -398,6 +398,12 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 		p.add("toolkit-repo", "Adding the NVIDIA container toolkit repository", actions...)
 	}
 	p.add("apt-update", "Refreshing package lists", AptUpdate{})
+	if o.BlacklistNouveau {
+		// The packages below would regenerate the initramfs several times
+		// (each dpkg run of an apt transaction ends in the trigger, and
+		// some postinsts call it): the nouveau step does it once.
+		p.add("initramfs-defer", "Deferring initramfs updates to one at the end", DeferInitramfs{})
+	}
 
 	signing := dkms && o.ModuleSigning != "none"
 	if dkms {

@@ -294,8 +294,31 @@ func (a CheckDriverVersion) Command() string {
 }
 
 // UpdateInitramfs regenerates the initramfs of each kernel, where the image
-// has an initramfs generator.
+// has an initramfs generator, after ending a DeferInitramfs.
 type UpdateInitramfs struct{ Kernels []string }
+
+// DeferInitramfs turns initramfs-tools' updates off until UpdateInitramfs:
+// update_initramfs=no in its configuration, whose original is kept beside
+// it and put back byte for byte (it is a dpkg conffile). A build that
+// fails in between leaves it off, in an image nobody ships.
+type DeferInitramfs struct{}
+
+// initramfsConf is initramfs-tools' configuration; the original waits in
+// initramfsConf + ".podvm-saved" while updates are deferred.
+const initramfsConf = "/etc/initramfs-tools/update-initramfs.conf"
+
+// Command defers; a rerun after a failed build keeps the saved original.
+func (DeferInitramfs) Command() string {
+	c := shQuote(initramfsConf)
+	return `c=` + c + `; if [ -f "$c" ] && [ ! -e "$c.podvm-saved" ]; then cp -p "$c" "$c.podvm-saved" && ` +
+		`{ grep -v '^update_initramfs=' "$c.podvm-saved"; echo update_initramfs=no; } >"$c" && echo "initramfs updates deferred"; ` +
+		`else echo "no initramfs-tools configuration to defer, or deferred already"; fi`
+}
+
+// Resume is the command that ends a DeferInitramfs, before the update.
+func (UpdateInitramfs) Resume() string {
+	return `c=` + shQuote(initramfsConf) + `; if [ -e "$c.podvm-saved" ]; then mv -f "$c.podvm-saved" "$c" && echo "initramfs updates resumed"; fi`
+}
 
 // ToolkitConfig sets keys in the container toolkit's TOML config with the
 // toolkit's own editor (nvidia-ctk config), never by text substitution.
@@ -452,7 +475,11 @@ func quoteWords(ws []string) string {
 }
 
 func (a UpdateInitramfs) describe() string {
-	return "update initramfs for kernels " + strings.Join(a.Kernels, " ")
+	return "update initramfs for kernels " + strings.Join(a.Kernels, " ") + " (ending a deferral first)"
+}
+
+func (DeferInitramfs) describe() string {
+	return "defer initramfs updates: update_initramfs=no in " + initramfsConf + " until the initramfs update, the original kept beside it"
 }
 
 func (a ToolkitConfig) describe() string {

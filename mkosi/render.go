@@ -349,6 +349,10 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
 	case gpustack.CheckDriverVersion:
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+	case gpustack.DeferInitramfs:
+		// mkosi installs every package in one transaction, before any
+		// script: nothing to defer.
+		b.WriteString("echo '  mkosi: the packages install in one transaction; nothing to defer'\n")
 	case gpustack.UpdateInitramfs:
 		b.WriteString(updateInitramfs)
 	case gpustack.ToolkitConfig:

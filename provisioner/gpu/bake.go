@@ -48,11 +48,15 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if _, err := e.r.run(ctx, prep); err != nil {
 		return err
 	}
+	// The cache keeps what apt fetched before finish moves it.
 	err = e.withDebs(ctx, fetch, archives, func() error {
-		_, err := e.r.runApt(ctx, fetch+" && "+finish)
+		_, err := e.r.runApt(ctx, fetch)
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if _, err := e.r.run(ctx, finish); err != nil {
 		return err
 	}
 	// The .debs travel as the communicator's user, who cannot read what

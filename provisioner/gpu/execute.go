@@ -204,7 +204,13 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 	case gpustack.CheckDriverVersion:
 		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
 		return err
+	case gpustack.DeferInitramfs:
+		_, err := e.r.run(ctx, a.Command())
+		return err
 	case gpustack.UpdateInitramfs:
+		if _, err := e.r.run(ctx, a.Resume()); err != nil {
+			return err
+		}
 		for _, k := range a.Kernels {
 			// Only an initramfs that exists is rebuilt: an image that boots
 			// without one loads nouveau from the root file system, where
