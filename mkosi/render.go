@@ -381,6 +381,15 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 	return nil
 }
 
+// bakeSigningKey is the repository's signing key file, if the tree bakes
+// one with a key of the user's.
+func (r *renderer) bakeSigningKey() string {
+	if r.bake == nil {
+		return ""
+	}
+	return r.bake.SigningKey
+}
+
 // moduleCacheSource is where BuildSources= mounts the build host's module
 // cache for the scripts.
 const moduleCacheSource = "podvm-module-cache"
@@ -507,9 +516,8 @@ func (r *renderer) finish() error {
 	if r.network {
 		// The post-installation script downloads the repository's .debs.
 		sb.set("WithNetwork", "yes")
-		if r.bake == nil {
-			// Only the driver choice downloads.
-		} else if k := r.bake.SigningKey; k != "" {
+		// The driver choice alone downloads without a bake.
+		if k := r.bakeSigningKey(); k != "" {
 			if _, err := os.Stat(k); err != nil {
 				return fmt.Errorf("local_repo_signing_key: %w", err)
 			}
