@@ -306,14 +306,15 @@ func (s *Store) Prune() error {
 	return nil
 }
 
-// Around runs an apt command that downloads into dir, apt's archive
-// directory on this host, through the store: what apt would download
+// Around runs an apt command that downloads into apt's archive directory,
+// whose path on this host dir resolves (again before each use: the image's
+// code runs in between and may have moved things), through the store: what apt would download
 // (aptCmd with --print-uris, and each file's SHA256 from apt-cache show;
 // query runs a command where apt runs and returns its output) is placed
 // in dir first where the store has it, and what apt downloaded is kept
 // afterwards. A store that fails is reported through say and left out;
 // run always runs.
-func (s *Store) Around(query func(cmd string) (string, error), aptCmd, dir string, run func() error, say func(string)) error {
+func (s *Store) Around(query func(cmd string) (string, error), aptCmd string, dir func() (string, error), run func() error, say func(string)) error {
 	out, err := query(aptCmd + " --print-uris -qq")
 	var wants []Want
 	if err == nil {
@@ -330,7 +331,12 @@ func (s *Store) Around(query func(cmd string) (string, error), aptCmd, dir strin
 		return run()
 	}
 	if len(wants) > 0 {
-		n, bytes, err := s.Seed(wants, dir)
+		d, err := dir()
+		var n int
+		var bytes int64
+		if err == nil {
+			n, bytes, err = s.Seed(wants, d)
+		}
 		if err != nil {
 			say(fmt.Sprintf("deb cache: %v", err))
 		}
@@ -340,7 +346,12 @@ func (s *Store) Around(query func(cmd string) (string, error), aptCmd, dir strin
 		return err
 	}
 	if len(wants) > 0 {
-		if added, err := s.Collect(wants, dir); err != nil {
+		d, err := dir()
+		added := 0
+		if err == nil {
+			added, err = s.Collect(wants, d)
+		}
+		if err != nil {
 			say(fmt.Sprintf("deb cache: %v", err))
 		} else if added > 0 {
 			say(fmt.Sprintf("deb cache: kept %d packages in %s", added, s.Dir))

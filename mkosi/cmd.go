@@ -78,6 +78,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "mkosi:", err)
 			return 2
 		}
+		if err := modcache.Trusted(o.CacheDir); err != nil {
+			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
+			o.ModuleCache = "no"
+		}
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -76,31 +75,23 @@ func (t chrootTarget) Output(ctx context.Context, command string) (string, error
 	return out.String(), err
 }
 
-func (t chrootTarget) path(p string) string { return filepath.Join(t.root, filepath.FromSlash(p)) }
-
+// Upload and Download go through mkosi-chroot too, never a host path
+// below the root: a link the image holds is resolved inside the image,
+// where it cannot reach the build host's files.
 func (t chrootTarget) Upload(ctx context.Context, p string, f *os.File) error {
-	dst, err := os.OpenFile(t.path(p), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(dst, f)
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	cmd := exec.CommandContext(ctx, "mkosi-chroot", "sh", "-c", `umask 077 && cat >"$1"`, "podvm-upload", p)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = f, t.stdout, t.stderr
+	return cmd.Run()
 }
 
 func (t chrootTarget) Download(ctx context.Context, p string, open func() (io.WriteCloser, error)) error {
-	src, err := os.Open(t.path(p))
-	if err != nil {
-		return err
-	}
-	defer src.Close()
 	w, err := open()
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(w, src)
+	cmd := exec.CommandContext(ctx, "mkosi-chroot", "cat", "--", p)
+	cmd.Stdout, cmd.Stderr = w, t.stderr
+	err = cmd.Run()
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}

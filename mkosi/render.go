@@ -305,7 +305,9 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		fmt.Fprintf(b, "case $driver_source in\n%s)\n\tpkgs=\n\tfor k in $kernels; do pkgs=\"$pkgs %s\"; done\n\tpkgs=\"$pkgs %s\"\n\t;;\n%s) pkgs=%s ;;\n*) die \"driver source probe: got '$driver_source'\" ;;\nesac\n",
 			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, sq(strings.Join(a.DKMS, " ")))
 		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\napt-get -q install%s $pkgs\n", noRec)
-		fmt.Fprintf(b, "mkdir -p \"$BUILDROOT\"%s\necho \"$driver_source\" >\"$BUILDROOT\"%s\ninstalled $pkgs\n", sq(path.Dir(gpustack.DriverSourceFile)), sq(gpustack.DriverSourceFile))
+		// Written inside the image: the packages' scripts have run, and a
+		// link they left must not lead out of $BUILDROOT.
+		fmt.Fprintf(b, "mkosi-chroot sh -c 'mkdir -p \"$(dirname \"$2\")\" && echo \"$1\" >\"$2\"' podvm \"$driver_source\" %s\ninstalled $pkgs\n", sq(gpustack.DriverSourceFile))
 	case gpustack.IfDriverSource:
 		var inner strings.Builder
 		for _, x := range a.Actions {
@@ -317,7 +319,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 				return err
 			}
 		}
-		fmt.Fprintf(b, "if [ \"$(cat \"$BUILDROOT\"%s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
+		fmt.Fprintf(b, "if [ \"$(mkosi-chroot cat %s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
 			sq(gpustack.DriverSourceFile), sq(a.Source), inner.String(), sq("  skipped: only where the driver source taken is "+a.Source))
 	case gpustack.CheckKernelSignatures:
 		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -237,7 +238,9 @@ func (c *Cache) Put(inputs string, r io.Reader) error {
 		}
 		return fmt.Errorf("module cache: %w", err)
 	}
-	return c.Prune()
+	// The entry is stored; a failed prune only leaves the cache larger.
+	_ = c.Prune()
+	return nil
 }
 
 // receive hands fill a temporary file in the cache directory, removed
@@ -364,4 +367,28 @@ func Root(dir string) (string, error) {
 		return "", fmt.Errorf("build cache: build_cache_dir is not set and %w", err)
 	}
 	return filepath.Join(base, "podvm"), nil
+}
+
+// Trusted says why root may not serve as a build cache, or nil: whoever
+// can write it chooses what later builds restore, so it must belong to
+// this user and be writable by nobody else. A missing root is created
+// by the build, as this user, with mode 0755.
+func Trusted(root string) error {
+	fi, err := os.Stat(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("build cache %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("build cache %s: not a directory", root)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("build cache %s: owned by uid %d, not by this build's user (uid %d); whoever owns it chooses the modules later builds restore", root, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("build cache %s: writable by group or others (mode %04o); allowed: a directory only its owner can write", root, fi.Mode().Perm())
+	}
+	return nil
 }

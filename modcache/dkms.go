@@ -24,8 +24,13 @@ const (
 )
 
 // exitRejected is the script's exit status for a cached archive that
-// failed its checks in the image.
-const exitRejected = 3
+// failed its checks in the image, and exitSkipped for a module DKMS does
+// not build for a kernel (BUILD_EXCLUSIVE, DKMS's 77); neither is a
+// status dkms itself exits with.
+const (
+	exitRejected = 86
+	exitSkipped  = 87
+)
 
 // script is the image side, run as sh -c script podvm-dkms CMD ARGS. dkms
 // itself is bash, so bash is there to read dkms.conf the way dkms does.
@@ -67,19 +72,27 @@ pending)
 		[ -n "$(echo "$info" | cut -d'|' -f3)" ] || continue
 		[ -n "$name" ] && [ -n "$version" ] || { echo "podvm-gpu: $conf names no PACKAGE_NAME or PACKAGE_VERSION" >&2; exit 1; }
 		src=${conf%/dkms.conf}
-		[ -d "$tree/$name/$version" ] || dkms add -m "$name" -v "$version" >&2
+		# Added: dkms's own test, the source link.
+		[ -L "$tree/$name/$version/source" ] || dkms add -m "$name" -v "$version" >&2
 		pkg=$(dpkg-query -S "$conf" 2>/dev/null | cut -d: -f1 | head -n 1)
 		pkgver=$(dpkg-query -W -f '${Version}' "$pkg" 2>/dev/null || echo none)
 		srcsum=$(cd "$src" && find . -type f | LC_ALL=C sort | xargs -d '\n' sha256sum | sha)
 		for k in $kernels; do
 			build=/usr/lib/modules/$k/build
 			[ -e "$build/include" ] || { echo "podvm-gpu: no headers for $k ($build)" >&2; exit 1; }
-			if [ -L "$tree/$name/kernel-$k-$arch" ]; then
+			for f in Module.symvers .config; do
+				[ -f "$build/$f" ] || { echo "podvm-gpu: $build/$f is missing: the headers of $k are incomplete" >&2; exit 1; }
+			done
+			if [ "$(readlink "$tree/$name/kernel-$k-$arch" 2>/dev/null || true)" = "$version/$k/$arch" ]; then
 				echo "podvm-gpu: $name/$version is installed for $k already" >&2
 				continue
 			fi
 			cc=$(sed -n 's|^CONFIG_CC_VERSION_TEXT="*\([^" ]*\) .*|\1|p' "$build/.config")
 			command -v "$cc" >/dev/null 2>&1 || cc=gcc
+			hdir=$(readlink -f "$build")
+			hpkg=$(dpkg-query -S "$hdir" 2>/dev/null | cut -d: -f1 | head -n 1)
+			hver=$(dpkg-query -W -f '${Version}' "$hpkg" 2>/dev/null || echo none)
+			gen=$(cd "$build/include/generated" 2>/dev/null && find . -type f | LC_ALL=C sort | xargs -r -d '\n' sha256sum | sha)
 			echo "entry $name $version $k $arch"
 			echo "layout 1"
 			echo "module $name $version"
@@ -88,6 +101,7 @@ pending)
 			echo "kernel $k $arch"
 			echo "kernel-abi $(sha <"$build/Module.symvers")"
 			echo "kernel-config $(sha <"$build/.config")"
+			echo "kernel-headers ${hpkg:-none} $hver $gen"
 			echo "compiler $cc: $("$cc" --version | head -n 1)"
 			echo "dkms $(dkms --version | head -n 1)"
 			echo "end"
@@ -101,15 +115,25 @@ restore)
 	mkdir -p "$d"
 	if ! tar -xf ` + restoreTar + ` -C "$d" || ! unsigned_for "$k" "$d/module"; then
 		rm -rf "$d" ` + restoreTar + `
-		exit 3
+		exit 86
 	fi
 	rm -f ` + restoreTar + `
-	dkms install -m "$name" -v "$version" -k "$k" -a "$a"
+	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; [ "$rc" -ne 86 ] || rc=1; exit "$rc"; }
 	;;
 build)
 	name=$1 version=$2 k=$3 a=$4
-	dkms build -m "$name" -v "$version" -k "$k" -a "$a"
-	dkms install -m "$name" -v "$version" -k "$k" -a "$a"
+	# Nothing stale: dkms skips a build whose module directory exists,
+	# and pack would keep what is there under this build's key.
+	rm -rf "$tree/$name/$version/$k/$a"
+	rc=0
+	dkms build -m "$name" -v "$version" -k "$k" -a "$a" || rc=$?
+	case $rc in
+	0) ;;
+	77) echo "podvm-gpu: dkms does not build $name/$version for $k (BUILD_EXCLUSIVE)" >&2; exit 87 ;;
+	86 | 87) exit 1 ;;
+	*) exit "$rc" ;;
+	esac
+	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; case $rc in 86 | 87) rc=1 ;; esac; exit "$rc"; }
 	;;
 pack)
 	name=$1 version=$2 k=$3 a=$4
@@ -119,8 +143,8 @@ pack)
 	# Readable by a communicator's unprivileged user.
 	chmod 0644 ` + packTar + `
 	;;
-unpack)
-	rm -f ` + packTar + `
+clean)
+	rm -f ` + packTar + ` ` + restoreTar + `
 	;;
 finish)
 	rm -f ` + NoAutoinstall + `
@@ -214,11 +238,11 @@ func ParsePending(out string) ([]Pending, error) {
 func Build(ctx context.Context, t Target, c *Cache, kernels []string, say func(string)) error {
 	out, err := t.Output(ctx, Command(append([]string{"pending"}, kernels...)...))
 	if err != nil {
-		return fmt.Errorf("listing the DKMS modules to build: %w", err)
+		return fmt.Errorf("listing the DKMS modules to build (podvm-dkms pending): %w", err)
 	}
 	pending, err := ParsePending(out)
 	if err != nil {
-		return err
+		return fmt.Errorf("listing the DKMS modules to build: %w", err)
 	}
 	if len(pending) == 0 {
 		say("no DKMS module left to build for kernels " + strings.Join(kernels, " "))
@@ -229,9 +253,17 @@ func Build(ctx context.Context, t Target, c *Cache, kernels []string, say func(s
 		}
 	}
 	if err := t.Run(ctx, Command("finish")); err != nil {
-		return fmt.Errorf("removing %s: %w", NoAutoinstall, err)
+		return fmt.Errorf("removing %s (podvm-dkms finish): %w", NoAutoinstall, err)
 	}
 	return nil
+}
+
+func exitCode(err error) int {
+	var es exitStatuser
+	if errors.As(err, &es) {
+		return es.ExitCode()
+	}
+	return -1
 }
 
 func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(string)) error {
@@ -244,8 +276,13 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 	}
 	start := time.Now()
 	say(fmt.Sprintf("building %s with DKMS", p))
-	if err := t.Run(ctx, Command(append([]string{"build"}, args...)...)); err != nil {
-		return fmt.Errorf("building %s: %w", p, err)
+	err := t.Run(ctx, Command(append([]string{"build"}, args...)...))
+	if exitCode(err) == exitSkipped {
+		say(fmt.Sprintf("skipped %s: DKMS does not build it for this kernel", p))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("building %s (podvm-dkms build): %w", p, err)
 	}
 	say(fmt.Sprintf("built %s in %s", p, time.Since(start).Round(100*time.Millisecond)))
 	if c == nil {
@@ -255,74 +292,84 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 }
 
 // restore puts a cached build of p in place and installs it. It reports
-// false, and no error, when the cache has none or the one it has failed a
-// check: the caller builds then.
+// false, and no error, when the cache has none, the one it has failed a
+// check, or the cache failed: the caller builds then. A cache is only
+// ever a shortcut.
 func restore(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) (bool, error) {
 	start := time.Now()
+	key := Key(p.Inputs)
 	f, err := c.Get(p.Inputs)
 	if errors.Is(err, ErrCorrupt) {
 		say(fmt.Sprintf("module cache: %v; removed it, building instead", err))
 		return false, nil
 	}
 	if err != nil {
-		return false, err
+		say(fmt.Sprintf("module cache: reading the build of %s (key %s): %v; building instead", p, key[:16], err))
+		return false, nil
 	}
 	if f == nil {
-		say(fmt.Sprintf("module cache: no build of %s (key %s) in %s", p, Key(p.Inputs)[:16], c.Dir))
+		say(fmt.Sprintf("module cache: no build of %s (key %s) in %s", p, key[:16], c.Dir))
 		return false, nil
 	}
 	defer f.Close()
 	if err := t.Upload(ctx, restoreTar, f); err != nil {
-		return false, fmt.Errorf("module cache: copying the cached build of %s into the image: %w", p, err)
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		say(fmt.Sprintf("module cache: copying the build of %s (key %s) into the image: %v; building instead", p, key[:16], err))
+		clean(ctx, t, say)
+		return false, nil
 	}
 	err = t.Run(ctx, Command(append([]string{"restore"}, args...)...))
-	var es exitStatuser
-	if errors.As(err, &es) && es.ExitCode() == exitRejected {
-		say(fmt.Sprintf("module cache: the cached build of %s failed its checks in the image (see above); building instead", p))
-		_ = c.evict(Key(p.Inputs), nil)
+	if exitCode(err) == exitRejected {
+		say(fmt.Sprintf("module cache: the build of %s (key %s) in %s failed its checks in the image (see above); removed it, building instead", p, key[:16], c.Dir))
+		_ = c.evict(key, nil)
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("installing the cached build of %s: %w", p, err)
+		return false, fmt.Errorf("installing the cached build of %s (key %s in %s; podvm-dkms restore): %w", p, key[:16], c.Dir, err)
 	}
-	say(fmt.Sprintf("module cache: restored %s (key %s) in %s", p, Key(p.Inputs)[:16], time.Since(start).Round(100*time.Millisecond)))
+	say(fmt.Sprintf("module cache: restored %s (key %s) in %s", p, key[:16], time.Since(start).Round(100*time.Millisecond)))
 	return true, nil
+}
+
+// clean removes the transfer archives from the image, best effort.
+func clean(ctx context.Context, t Target, say func(string)) {
+	if err := t.Run(ctx, Command("clean")); err != nil {
+		say(fmt.Sprintf("module cache: removing %s and %s from the image: %v", restoreTar, packTar, err))
+	}
 }
 
 // store packs a fresh build and keeps it. A failure to store costs the
 // next build time, not this one: it is reported and the build goes on.
 func store(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) error {
-	if err := t.Run(ctx, Command(append([]string{"pack"}, args...)...)); err != nil {
-		return fmt.Errorf("packing %s for the module cache: %w", p, err)
-	}
-	perr := errors.New("not downloaded")
-	err := c.receive(func(f *os.File) error {
-		err := t.Download(ctx, packTar, func() (io.WriteCloser, error) {
-			if err := f.Truncate(0); err != nil {
-				return nil, err
+	err := t.Run(ctx, Command(append([]string{"pack"}, args...)...))
+	if err == nil {
+		err = c.receive(func(f *os.File) error {
+			err := t.Download(ctx, packTar, func() (io.WriteCloser, error) {
+				if err := f.Truncate(0); err != nil {
+					return nil, err
+				}
+				if _, err := f.Seek(0, io.SeekStart); err != nil {
+					return nil, err
+				}
+				return nopCloser{f}, nil
+			})
+			if err != nil {
+				return fmt.Errorf("copying it out of the image: %w", err)
 			}
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				return nil, err
+				return err
 			}
-			return nopCloser{f}, nil
+			return c.Put(p.Inputs, f)
 		})
-		if err != nil {
-			return err
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		perr = c.Put(p.Inputs, f)
-		return nil
-	})
-	if rerr := t.Run(ctx, Command("unpack")); err == nil {
-		err = rerr
+	}
+	clean(ctx, t, say)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("copying the build of %s out of the image: %w", p, err)
-	}
-	if perr != nil {
-		say(fmt.Sprintf("module cache: not stored: %v", perr))
+		say(fmt.Sprintf("module cache: %s not stored: %v", p, err))
 		return nil
 	}
 	say(fmt.Sprintf("module cache: stored %s (key %s)", p, Key(p.Inputs)[:16]))

@@ -2,6 +2,7 @@ package modcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,8 +54,9 @@ func (f *fakeImage) Run(ctx context.Context, command string) error {
 	case "build":
 	case "pack":
 		f.files[packTar] = []byte("unsigned modules of " + ws[1] + " for " + ws[3])
-	case "unpack":
+	case "clean":
 		delete(f.files, packTar)
+		delete(f.files, restoreTar)
 	case "finish":
 	default:
 		return exitError(2)
@@ -144,8 +146,8 @@ func TestBuildThroughCache(t *testing.T) {
 	// Miss: built, packed, copied out and stored, per kernel.
 	build(t, img, c)
 	want := []string{"pending 6.12.1-amd64 6.12.2-amd64",
-		"build " + k1, "pack " + k1, "unpack",
-		"build " + k2, "pack " + k2, "unpack", "finish"}
+		"build " + k1, "pack " + k1, "clean",
+		"build " + k2, "pack " + k2, "clean", "finish"}
 	if !slices.Equal(img.log, want) {
 		t.Errorf("miss ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
 	}
@@ -171,7 +173,7 @@ func TestBuildThroughCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	said = build(t, img, c)
-	want = []string{"pending 6.12.1-amd64 6.12.2-amd64", "build " + k1, "pack " + k1, "unpack", "restore " + k2, "finish"}
+	want = []string{"pending 6.12.1-amd64 6.12.2-amd64", "build " + k1, "pack " + k1, "clean", "restore " + k2, "finish"}
 	if !slices.Equal(img.log, want) {
 		t.Errorf("corrupt entry ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
 	}
@@ -186,8 +188,8 @@ func TestBuildThroughCache(t *testing.T) {
 	img.reject = true
 	build(t, img, c)
 	want = []string{"pending 6.12.1-amd64 6.12.2-amd64",
-		"restore " + k1, "build " + k1, "pack " + k1, "unpack",
-		"restore " + k2, "build " + k2, "pack " + k2, "unpack", "finish"}
+		"restore " + k1, "build " + k1, "pack " + k1, "clean",
+		"restore " + k2, "build " + k2, "pack " + k2, "clean", "finish"}
 	if !slices.Equal(img.log, want) {
 		t.Errorf("rejected restore ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
 	}
@@ -206,7 +208,7 @@ func TestBuildWithoutCache(t *testing.T) {
 func TestBuildFailureNamesTheModule(t *testing.T) {
 	img := &failingBuild{fakeImage{pending: report, files: map[string][]byte{}}}
 	err := Build(context.Background(), img, New(t.TempDir(), 0), []string{"6.12.1-amd64"}, func(string) {})
-	if err == nil || !strings.Contains(err.Error(), "building nvidia-current/550.163.01 for 6.12.1-amd64 (x86_64): exit status 10") {
+	if err == nil || !strings.Contains(err.Error(), "building nvidia-current/550.163.01 for 6.12.1-amd64 (x86_64) (podvm-dkms build): exit status 10") {
 		t.Errorf("got %v", err)
 	}
 }
@@ -218,4 +220,94 @@ func (f *failingBuild) Run(ctx context.Context, command string) error {
 		return exitError(10)
 	}
 	return f.fakeImage.Run(ctx, command)
+}
+
+// scripted is a fakeImage whose commands fail as a test says.
+type scripted struct {
+	fakeImage
+	runFails      map[string]error // by subcommand
+	uploadFails   error
+	downloadFails error
+}
+
+func (f *scripted) Run(ctx context.Context, command string) error {
+	i := strings.LastIndex(command, " podvm-dkms '")
+	sub := strings.Trim(strings.Fields(command[i+len(" podvm-dkms "):])[0], "'")
+	if err := f.runFails[sub]; err != nil {
+		f.log = append(f.log, sub+" (fails)")
+		return err
+	}
+	return f.fakeImage.Run(ctx, command)
+}
+
+func (f *scripted) Upload(ctx context.Context, path string, r *os.File) error {
+	if f.uploadFails != nil {
+		f.files[path] = []byte("partial")
+		return f.uploadFails
+	}
+	return f.fakeImage.Upload(ctx, path, r)
+}
+
+func (f *scripted) Download(ctx context.Context, path string, open func() (io.WriteCloser, error)) error {
+	if f.downloadFails != nil {
+		return f.downloadFails
+	}
+	return f.fakeImage.Download(ctx, path, open)
+}
+
+// TestCacheFailuresNeverFailTheBuild: the cache is a shortcut; when it
+// cannot be read, written or copied, the module is built and the build
+// goes on, with nothing left in the image.
+func TestCacheFailuresNeverFailTheBuild(t *testing.T) {
+	one := "entry m 1 6.12.1 x86_64\nlayout 1\nend\n"
+	for _, tc := range []struct {
+		name string
+		img  *scripted
+		prep func(c *Cache)
+		want []string
+		say  string
+	}{
+		{name: "download fails", img: &scripted{downloadFails: errors.New("link down")},
+			want: []string{"pending 6.12.1", "build m 1 6.12.1 x86_64", "pack m 1 6.12.1 x86_64", "clean", "finish"},
+			say:  "not stored: copying it out of the image: link down"},
+		{name: "pack fails", img: &scripted{runFails: map[string]error{"pack": exitError(1)}},
+			want: []string{"pending 6.12.1", "build m 1 6.12.1 x86_64", "pack (fails)", "clean", "finish"},
+			say:  "not stored: exit status 1"},
+		{name: "upload fails", img: &scripted{uploadFails: errors.New("disk full")},
+			prep: func(c *Cache) { must(t, c.Put("layout 1\n", strings.NewReader("cached"))) },
+			want: []string{"pending 6.12.1", "clean", "build m 1 6.12.1 x86_64", "pack m 1 6.12.1 x86_64", "clean", "finish"},
+			say:  "copying the build of m/1 for 6.12.1 (x86_64)"},
+		{name: "built for no kernel", img: &scripted{runFails: map[string]error{"build": exitError(exitSkipped)}},
+			want: []string{"pending 6.12.1", "build (fails)", "finish"},
+			say:  "skipped m/1 for 6.12.1 (x86_64)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(t.TempDir(), 0)
+			if tc.prep != nil {
+				tc.prep(c)
+			}
+			tc.img.pending, tc.img.files = one, map[string][]byte{}
+			var said []string
+			err := Build(context.Background(), tc.img, c, []string{"6.12.1"}, func(s string) { said = append(said, s) })
+			if err != nil {
+				t.Fatalf("the build failed: %v", err)
+			}
+			if !slices.Equal(tc.img.log, tc.want) {
+				t.Errorf("ran\n%s\nwant\n%s", strings.Join(tc.img.log, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if !strings.Contains(strings.Join(said, "\n"), tc.say) {
+				t.Errorf("said %q; want %q", said, tc.say)
+			}
+			if len(tc.img.files) != 0 {
+				t.Errorf("left in the image: %v", tc.img.files)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -31,12 +31,16 @@ const upgradeDownloads = 1
 // debStore is the host's deb cache the builder shares with the podvm-gpu
 // provisioner: $PODVM_BUILD_CACHE_DIR/debs, else $PODVM_CACHE/debs, else
 // the user's; none with skip_cache.
-func debStore(cfg *Config) *debcache.Store {
+func debStore(cfg *Config, ui packersdk.Ui) *debcache.Store {
 	if cfg.SkipCache || os.Getenv("PODVM_BUILD_CACHE") == "no" {
 		return nil
 	}
 	root, err := modcache.Root(os.Getenv("PODVM_BUILD_CACHE_DIR"))
+	if err == nil {
+		err = modcache.Trusted(root)
+	}
 	if err != nil {
+		ui.Say(fmt.Sprintf("deb cache: off: %v", err))
 		return nil
 	}
 	return debcache.New(root, debCacheMaxSize)
@@ -73,17 +77,14 @@ func (s *stepUpgrade) Run(ctx context.Context, state multistep.StateBag) multist
 	ui := state.Get("ui").(packersdk.Ui)
 	comm := state.Get("communicator").(packersdk.Communicator)
 	sess := state.Get("session").(*session)
-	debs := debStore(cfg)
+	debs := debStore(cfg, ui)
 	err := timed(ui, "Upgrading the tree's packages", func() error {
 		for i, c := range upgradeCommands {
 			run := func() error { return runInChroot(ctx, comm, ui, c) }
 			if i == upgradeDownloads && debs != nil {
 				// Through the host's deb cache (debcache): apt's archive
 				// directory, resolved inside the tree.
-				dir, err := chroot.ResolveIn(sess.root, "/var/cache/apt/archives")
-				if err != nil {
-					return err
-				}
+				dir := func() (string, error) { return chroot.ResolveIn(sess.root, "/var/cache/apt/archives") }
 				query := func(cmd string) (string, error) { return outputInChroot(ctx, comm, cmd) }
 				inner := run
 				run = func() error { return debs.Around(query, c, dir, inner, ui.Say) }

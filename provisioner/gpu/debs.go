@@ -24,6 +24,9 @@ func (e *executor) debCache(c gpustack.ModuleCache) (*debcache.Store, string) {
 		return nil, ""
 	}
 	dir, err := modcache.Root(c.Dir)
+	if err == nil {
+		err = modcache.Trusted(dir)
+	}
 	if err != nil {
 		e.ui.Say(fmt.Sprintf("deb cache: off: %v", err))
 		return nil, ""
@@ -40,11 +43,7 @@ func (e *executor) withDebs(ctx context.Context, aptCmd, archives string, run fu
 	if e.debs == nil {
 		return run()
 	}
-	dir, err := chroot.ResolveIn(e.chrootRoot, archives)
-	if err != nil {
-		e.ui.Say(fmt.Sprintf("deb cache: not used for %s: %v", archives, err))
-		return run()
-	}
+	dir := func() (string, error) { return chroot.ResolveIn(e.chrootRoot, archives) }
 	query := func(cmd string) (string, error) { return e.r.query(ctx, cmd) }
 	return e.debs.Around(query, aptCmd, dir, run, func(s string) { e.ui.Say(s) })
 }

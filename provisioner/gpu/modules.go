@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
@@ -17,8 +18,12 @@ func (e *executor) buildModules(ctx context.Context, a gpustack.BuildModules) er
 	switch {
 	case a.Cache.Mode == "yes" || a.Cache.Mode == "auto" && local:
 		root, err := modcache.Root(a.Cache.Dir)
+		if err == nil {
+			err = modcache.Trusted(root)
+		}
 		if err != nil {
-			return err
+			e.ui.Say(fmt.Sprintf("module cache: off: %v", err))
+			break
 		}
 		c = modcache.New(modcache.Dir(root), a.Cache.MaxSize)
 	case a.Cache.Mode == "auto":

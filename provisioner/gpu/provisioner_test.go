@@ -468,12 +468,14 @@ func TestAutoDriverSourcePrecompiled(t *testing.T) {
 	for _, want := range []string{
 		"--no-install-recommends linux-modules-nvidia-570-server-open-6.8.0-1028-azure nvidia-headless-no-dkms-570-server-open nvidia-utils-570-server",
 		"podvm-kernel-signatures",
+		// DKMS's pause ends on this branch too.
+		" podvm-dkms 'finish'",
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("no command with %q", want)
 		}
 	}
-	for _, unwanted := range []string{"dkms autoinstall", " podvm-sign-modules ", "nvidia-headless-570-server-open", "linux-headers-6.8.0-1028-azure' 'nvidia"} {
+	for _, unwanted := range []string{" podvm-dkms 'build'", " podvm-dkms 'restore'", " podvm-sign-modules ", "nvidia-headless-570-server-open", "linux-headers-6.8.0-1028-azure' 'nvidia"} {
 		if strings.Contains(log, unwanted) {
 			t.Errorf("command with %q on the precompiled branch", unwanted)
 		}
