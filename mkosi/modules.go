@@ -20,6 +20,8 @@ import (
 func runModules(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("mkosi modules", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	// --root names the image for the log; every file goes through
+	// mkosi-chroot.
 	root := fs.String("root", "", "the image's root ($BUILDROOT)")
 	kernels := fs.String("kernels", "", "the targeted kernels, space separated")
 	cache := fs.String("cache", "", "the module cache directory (none: build every module)")
@@ -43,17 +45,16 @@ func runModules(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		c = modcache.New(*cache, *maxSize)
 	}
 	say := func(s string) { fmt.Fprintln(stdout, "  "+s) }
-	if err := modcache.Build(ctx, chrootTarget{root: *root, stdout: stdout, stderr: stderr}, c, ks, say); err != nil {
+	fmt.Fprintf(stdout, "  DKMS modules of %s for kernels %s\n", *root, strings.Join(ks, " "))
+	if err := modcache.Build(ctx, chrootTarget{stdout: stdout, stderr: stderr}, c, ks, say); err != nil {
 		fmt.Fprintln(stderr, "mkosi modules:", err)
 		return 1
 	}
 	return 0
 }
 
-// chrootTarget is the image under mkosi: commands run with mkosi-chroot,
-// files are below the root.
+// chrootTarget is the image under mkosi, reached with mkosi-chroot.
 type chrootTarget struct {
-	root           string
 	stdout, stderr io.Writer
 }
 
