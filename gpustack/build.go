@@ -127,7 +127,8 @@ const HookPath = hookPath
 // no I/O. Combinations the target cannot satisfy are errors naming the
 // settings involved.
 func NewPlan(o Options, t Target) (*Plan, error) {
-	p := &Plan{Target: t, GPU: o.EnableGPU, Timestamp: o.Timestamp(), SourceDateEpoch: o.SourceDateEpoch, KernelSelection: o.Kernels}
+	p := &Plan{Target: t, GPU: o.EnableGPU, Timestamp: o.Timestamp(), SourceDateEpoch: o.SourceDateEpoch, KernelSelection: o.Kernels,
+		Cache: BuildCache{Mode: o.BuildCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize}}
 	if o.SourceDateEpoch < 0 {
 		p.SourceDateEpoch = -1
 	}
@@ -452,7 +453,7 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 		}
 		return a
 	}
-	build := BuildModules{Kernels: ks, Cache: ModuleCache{Mode: o.ModuleCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize}}
+	build := BuildModules{Kernels: ks}
 	if auto {
 		// The build runs on both branches: with no DKMS source installed
 		// it only removes the file that kept DKMS from building.

@@ -64,7 +64,7 @@ type Options struct {
 	ModuleCert          string // its certificate
 	ModulePassphraseEnv string
 	Kernels             string // newest, all, or a comma separated list
-	ModuleCache         string // auto, yes or no
+	BuildCache          string // auto, yes or no
 	CacheDir            string // "" for the user's cache directory
 	CacheMaxSize        int64  // bytes; 0 for no bound
 

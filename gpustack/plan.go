@@ -36,6 +36,8 @@ type Plan struct {
 	// ModuleSigning says how the NVIDIA modules are signed; zero when the
 	// plan builds none.
 	ModuleSigning ModuleSigning
+	// Cache is the build host's caches the back ends use.
+	Cache BuildCache
 	// Toolkit is the container toolkit the plan installs; nil for none.
 	Toolkit *Toolkit
 	// Installed are dpkg name patterns: the installed packages they match
@@ -207,18 +209,17 @@ type EnableUnits struct{ Units []string }
 // BuildModules builds out-of-tree modules for each kernel with DKMS, or
 // restores an earlier build of the same inputs from the build host's
 // module cache. The modules are left unsigned.
-type BuildModules struct {
-	Kernels []string
-	Cache   ModuleCache
-}
+// BuildModules goes through the plan's BuildCache.
+type BuildModules struct{ Kernels []string }
 
-// ModuleCache is the build host's cache of DKMS builds.
-type ModuleCache struct {
+// BuildCache is the build host's caches: DKMS builds (modules/) and
+// downloaded .debs (debs/), in one directory.
+type BuildCache struct {
 	// Mode: "auto" (where the build host holds the image), "yes" or "no".
 	Mode string
-	// Dir is the podvm cache directory; "" for the user's.
+	// Dir is the cache directory; "" for $PODVM_CACHE or the user's.
 	Dir     string
-	MaxSize int64 // bytes; 0 for no bound
+	MaxSize int64 // bytes, each cache; 0 for no bound
 }
 
 // CheckModules asserts that each module exists for each kernel.
@@ -421,15 +422,7 @@ func (a WriteFile) describe() string {
 func (a EnableUnits) describe() string { return "enable units " + strings.Join(a.Units, " ") }
 
 func (a BuildModules) describe() string {
-	c := "module cache " + a.Cache.Mode
-	if a.Cache.Mode != "no" {
-		dir := a.Cache.Dir
-		if dir == "" {
-			dir = "the user's cache directory"
-		}
-		c += " in " + dir
-	}
-	return "dkms build and install of every DKMS module for kernels " + strings.Join(a.Kernels, " ") + " (" + c + "), then remove " + dkmsNoAutoinstall
+	return "dkms build and install of every DKMS module for kernels " + strings.Join(a.Kernels, " ") + " (through the build cache), then remove " + dkmsNoAutoinstall
 }
 
 func (a CheckModules) describe() string {
@@ -556,6 +549,9 @@ func (p *Plan) Text() string {
 			fmt.Fprintf(&b, ", signer %q, certificate %s", ms.Signer, ms.CertDER)
 		}
 		b.WriteString("\n")
+	}
+	if c := p.Cache; c.Mode != "" {
+		fmt.Fprintf(&b, "build cache: %s in %s\n", c.Mode, orDefault(c.Dir, "$PODVM_CACHE, else ~/.cache/podvm"))
 	}
 	if len(p.InitrdExclude) > 0 {
 		fmt.Fprintf(&b, "kept out of every initrd: %s\n", strings.Join(p.InitrdExclude, " "))

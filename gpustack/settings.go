@@ -368,7 +368,7 @@ var Table = []Setting{
 	{Key: "build_cache", Env: "PODVM_BUILD_CACHE", Kind: Enum, Default: "auto", Section: "build",
 		Allowed: []string{"auto", "yes", "no"},
 		Help:    "Caches on the build host, in build_cache_dir: the NVIDIA modules DKMS builds (modules/), kept unsigned and keyed by kernel ABI and configuration, driver package and source, DKMS and compiler, restored after checks (hash, vermagic, no signature) and signed as a fresh build; and the .debs apt downloads into the podvm-rootfs chroot (debs/), checked against the archive's hashes before apt sees them. auto: where the build host holds the image (the podvm-rootfs chroot, mkosi, whose own package cache serves the .debs); yes: modules also for a remote VM, copied over the communicator; no: none.",
-		set:     func(o *Options, v value) { o.ModuleCache = v.s }},
+		set:     func(o *Options, v value) { o.BuildCache = v.s }},
 	{Key: "build_cache_dir", Env: "PODVM_BUILD_CACHE_DIR", Kind: String, Section: "build",
 		DefaultDoc: "`$PODVM_CACHE`, else `$XDG_CACHE_HOME/podvm`, else `~/.cache/podvm`",
 		Help:       "The build caches' directory on the build host (modules/ and debs/ in it). Builds running at once share it safely; remove either folder to clear that cache.",

@@ -73,14 +73,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// The tree mounts the module cache from this host: its path is
 	// settled here, where the build runs.
-	if o := &res.Options; o.ModuleCache != "no" {
+	if o := &res.Options; o.BuildCache != "no" {
 		if o.CacheDir, err = modcache.Root(o.CacheDir); err != nil {
 			fmt.Fprintln(stderr, "mkosi:", err)
 			return 2
 		}
 		if err := modcache.Trusted(o.CacheDir); err != nil {
 			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
-			o.ModuleCache = "no"
+			o.BuildCache = "no"
 		}
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)
@@ -134,7 +134,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if o := res.Options; o.ModuleCache != "no" && o.EnableGPU {
+	if o := res.Options; o.BuildCache != "no" && o.EnableGPU {
 		// mkosi refuses to mount a missing directory.
 		if err := os.MkdirAll(modcache.Dir(o.CacheDir), 0o755); err != nil {
 			fmt.Fprintln(stderr, "mkosi: module cache:", err)

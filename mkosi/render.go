@@ -403,14 +403,14 @@ func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) err
 	r.needBin = true
 	fmt.Fprintf(b, "podvm_bin=%s\n", sq(r.c.Bin))
 	cache := ""
-	if a.Cache.Mode != "no" {
-		if !filepath.IsAbs(a.Cache.Dir) {
-			return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", a.Cache.Dir)
+	if r.p.Cache.Mode != "no" {
+		if !filepath.IsAbs(r.p.Cache.Dir) {
+			return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", r.p.Cache.Dir)
 		}
-		if m := modcache.Dir(a.Cache.Dir) + ":" + moduleCacheSource; !slices.Contains(r.sources, m) {
+		if m := modcache.Dir(r.p.Cache.Dir) + ":" + moduleCacheSource; !slices.Contains(r.sources, m) {
 			r.sources = append(r.sources, m)
 		}
-		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", moduleCacheSource, a.Cache.MaxSize)
+		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", moduleCacheSource, r.p.Cache.MaxSize)
 	}
 	fmt.Fprintf(b, "\"$podvm_bin\" mkosi modules --root \"$BUILDROOT\" --kernels \"$kernels\"%s\n", cache)
 	return nil

@@ -260,11 +260,9 @@ func (c *Cache) receive(fill func(f *os.File) error) error {
 
 // Entry describes one cached build.
 type Entry struct {
-	Key     string
-	Size    int64
-	Used    time.Time
-	Inputs  string
-	Created time.Time
+	Key  string
+	Size int64
+	Used time.Time // the record's mtime, which Get touches
 }
 
 // List returns the entries, most recently used first.
@@ -290,7 +288,7 @@ func (c *Cache) List() ([]Entry, error) {
 		if data, err := os.ReadFile(p); err == nil {
 			var m meta
 			if json.Unmarshal(data, &m) == nil {
-				e.Size, e.Inputs, e.Created = m.Size, m.Inputs, m.Created
+				e.Size = m.Size
 			}
 		}
 		out = append(out, e)
@@ -330,18 +328,6 @@ func (c *Cache) Prune() error {
 		if total > c.MaxSize {
 			_ = c.evict(e.Key, nil)
 		}
-	}
-	return nil
-}
-
-// Clear removes every entry.
-func (c *Cache) Clear() error {
-	entries, err := c.List()
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		_ = c.evict(e.Key, nil)
 	}
 	return nil
 }

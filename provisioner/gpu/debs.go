@@ -15,30 +15,34 @@ import (
 // (rootfs.GeneratedChrootDir).
 const generatedChrootDir = "PodvmChrootDir"
 
-// debCache returns the deb cache and the image's root on this host when
-// the target is the podvm-rootfs chroot and build_cache allows it; nil
-// otherwise (a remote VM downloads from its own mirrors).
-func (e *executor) debCache(c gpustack.ModuleCache) (*debcache.Store, string) {
-	root, _ := e.generated[generatedChrootDir].(string)
-	if c.Mode == "no" || e.generated[generatedChroot] != "true" || !filepath.IsAbs(root) {
-		return nil, ""
+// useCaches settles, once, the build cache directory (cacheRoot, "" when
+// build_cache=no or the directory is unfit) and, where the image is the
+// podvm-rootfs chroot on this host, its root and the deb cache (a remote
+// VM downloads from its own mirrors).
+func (e *executor) useCaches(c gpustack.BuildCache) {
+	if root, _ := e.generated[generatedChrootDir].(string); e.generated[generatedChroot] == "true" && filepath.IsAbs(root) {
+		e.chrootRoot = root
 	}
-	dir, err := modcache.Root(c.Dir)
+	if c.Mode == "no" {
+		return
+	}
+	root, err := modcache.Root(c.Dir)
 	if err == nil {
-		err = modcache.Trusted(dir)
+		err = modcache.Trusted(root)
 	}
 	if err != nil {
-		e.ui.Say(fmt.Sprintf("deb cache: off: %v", err))
-		return nil, ""
+		e.ui.Say(fmt.Sprintf("build cache: off: %v", err))
+		return
 	}
-	return debcache.New(dir, c.MaxSize), root
+	e.cacheRoot = root
+	if e.chrootRoot != "" {
+		e.debs = debcache.New(root, c.MaxSize)
+	}
 }
 
 // withDebs runs an apt command that downloads into the image's archive
-// directory archives (a path in the image) through the deb cache: what
-// apt would download (aptCmd with --print-uris) is placed there first
-// where the cache has it, and what apt downloaded is kept afterwards. A
-// cache that fails is reported and left out; the command always runs.
+// directory archives (a path in the image) through the deb cache; see
+// debcache.Store.Around.
 func (e *executor) withDebs(ctx context.Context, aptCmd, archives string, run func() error) error {
 	if e.debs == nil {
 		return run()

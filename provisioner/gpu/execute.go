@@ -58,10 +58,12 @@ type executor struct {
 	moduleCert []byte
 	// driverSource is the driver source a ChooseDriver took ("" before).
 	driverSource string
-	// debs is the deb cache where the image is a chroot on this host,
-	// whose root is chrootRoot; nil otherwise.
-	debs       *debcache.Store
+	// cacheRoot is the build cache directory, "" for none; chrootRoot the
+	// image's root where it is the podvm-rootfs chroot on this host; debs
+	// the deb cache, only there.
+	cacheRoot  string
 	chrootRoot string
+	debs       *debcache.Store
 }
 
 func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
@@ -73,12 +75,12 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
 	e.dpkgUnsafe = e.unsafeDpkg()
-	e.debs, e.chrootRoot = e.debCache(gpustack.ModuleCache{Mode: o.ModuleCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize})
 	plan, err := gpustack.NewPlan(o, t)
 	if err != nil {
 		return fmt.Errorf("podvm-gpu: planning for %s: %w", t, err)
 	}
 	e.plan = plan
+	e.useCaches(plan.Cache)
 	for _, n := range plan.Notes {
 		e.ui.Say("podvm-gpu: " + n)
 	}

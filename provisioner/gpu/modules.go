@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -14,19 +13,9 @@ import (
 // cache where build_cache allows it for this target.
 func (e *executor) buildModules(ctx context.Context, a gpustack.BuildModules) error {
 	var c *modcache.Cache
-	local := e.generated[generatedChroot] == "true"
-	switch {
-	case a.Cache.Mode == "yes" || a.Cache.Mode == "auto" && local:
-		root, err := modcache.Root(a.Cache.Dir)
-		if err == nil {
-			err = modcache.Trusted(root)
-		}
-		if err != nil {
-			e.ui.Say(fmt.Sprintf("module cache: off: %v", err))
-			break
-		}
-		c = modcache.New(modcache.Dir(root), a.Cache.MaxSize)
-	case a.Cache.Mode == "auto":
+	if e.cacheRoot != "" && (e.plan.Cache.Mode == "yes" || e.chrootRoot != "") {
+		c = modcache.New(modcache.Dir(e.cacheRoot), e.plan.Cache.MaxSize)
+	} else if e.cacheRoot != "" {
 		e.ui.Say("module cache: off, the image is not on this host (build_cache=auto); build_cache=yes copies builds over the communicator")
 	}
 	return modcache.Build(ctx, commTarget{e.r}, c, a.Kernels, func(s string) { e.ui.Say(s) })

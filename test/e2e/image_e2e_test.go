@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -250,6 +251,27 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 		}
 		if _, err := os.Stat(filepath.Join(rootfs, "usr/lib/modules", host)); err == nil {
 			t.Errorf("modules were built for the host's kernel %s too", host)
+		}
+	})
+
+	// DKMS's pause and the initramfs deferral last only as long as the
+	// build: the image keeps DKMS's own behaviour on a node's kernel
+	// upgrades, and initramfs-tools' conffile as its package shipped it.
+	t.Run("no build-time pauses left", func(t *testing.T) {
+		for _, f := range []string{"etc/dkms/no-autoinstall", "etc/initramfs-tools/update-initramfs.conf.podvm-saved"} {
+			if _, err := os.Lstat(filepath.Join(rootfs, f)); !os.IsNotExist(err) {
+				t.Errorf("/%s is in the image (%v)", f, err)
+			}
+		}
+		conf, err := os.ReadFile(filepath.Join(rootfs, "etc/initramfs-tools/update-initramfs.conf"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return // an image without initramfs-tools (mkosi makes its own initrd)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(conf), "\nupdate_initramfs=yes\n") {
+			t.Errorf("update-initramfs.conf lost update_initramfs=yes:\n%s", conf)
 		}
 	})
 
