@@ -23,10 +23,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 )
 
 // layout names the on-disk format; a new one starts an empty directory.
@@ -339,42 +340,10 @@ func (c *Cache) clock() time.Time {
 	return c.now()
 }
 
-// Root resolves the build_cache_dir setting: "" is $PODVM_CACHE, else the
-// user's podvm cache directory.
-func Root(dir string) (string, error) {
-	if dir == "" {
-		dir = os.Getenv("PODVM_CACHE")
-	}
-	if dir != "" {
-		return filepath.Abs(dir)
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("build cache: build_cache_dir is not set and %w", err)
-	}
-	return filepath.Join(base, "podvm"), nil
-}
+// Root resolves the build_cache_dir setting; see cachedir.Root, which new
+// code calls directly.
+func Root(dir string) (string, error) { return cachedir.Root(dir) }
 
-// Trusted says why root may not serve as a build cache, or nil: whoever
-// can write it chooses what later builds restore, so it must belong to
-// this user and be writable by nobody else. A missing root is created
-// by the build, as this user, with mode 0755.
-func Trusted(root string) error {
-	fi, err := os.Stat(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("build cache %s: %w", root, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("build cache %s: not a directory", root)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("build cache %s: owned by uid %d, not by this build's user (uid %d); whoever owns it chooses the modules later builds restore", root, st.Uid, os.Geteuid())
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("build cache %s: writable by group or others (mode %04o); allowed: a directory only its owner can write", root, fi.Mode().Perm())
-	}
-	return nil
-}
+// Trusted says why root may not serve as a build cache, or nil; see
+// cachedir.Trusted, which new code calls directly.
+func Trusted(root string) error { return cachedir.Trusted(root) }
