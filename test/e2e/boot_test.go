@@ -26,6 +26,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/test/qemuaccel"
 )
 
 // OVMF from Debian's ovmf package: plain UEFI, no Secure Boot.
@@ -115,10 +116,11 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 		smbios = append(smbios, "-smbios", "type=11,path="+p)
 	}
 
-	accels := []string{"tcg"}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		accels = []string{"kvm", "tcg"}
+	accel := qemuaccel.Choose()
+	t.Logf("accelerator: %s", accel)
+	accels := []string{accel.Accel}
+	if accel.Accel == qemuaccel.KVM {
+		accels = append(accels, qemuaccel.TCG)
 	}
 	panicked := false
 	for i := 0; i < len(accels); i++ {
@@ -127,7 +129,7 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 		case "":
 			return res
 		case againKVM:
-			t.Logf("KVM cannot run this guest here (KVM internal error); booting again under TCG")
+			// bootOnce said why; the next accelerator is TCG.
 		case againPanic:
 			// Seen under multi-threaded TCG on a loaded host: an int3
 			// Oops from the kernel's live code patching, early in boot.
@@ -143,7 +145,7 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 
 // Why bootOnce asks for another boot.
 const (
-	againKVM   = "kvm"   // KVM failed in a way TCG may not
+	againKVM   = "kvm"   // KVM failed before the guest kernel ran
 	againPanic = "panic" // the guest kernel panicked, the first time
 )
 
@@ -163,11 +165,7 @@ func bootOnce(t *testing.T, work, disk, accel string, smbios []string, mayRetry 
 		"-drive", "file=" + disk + ",format=" + diskFormat(disk) + ",if=virtio,snapshot=on",
 		"-serial", "file:" + console, "-serial", "file:" + results,
 		"-monitor", "none", "-display", "none"}
-	if accel == "kvm" {
-		args = append(args, "-accel", "kvm", "-cpu", "host")
-	} else {
-		args = append(args, "-accel", "tcg,thread=multi", "-cpu", "max")
-	}
+	args = append(args, qemuaccel.Args(accel, 2, 2)...)
 	args = append(args, smbios...)
 	cmd := exec.Command("qemu-system-x86_64", args...)
 	// builderOutput is safe for QEMU's output goroutines and the watcher.
@@ -178,6 +176,20 @@ func bootOnce(t *testing.T, work, disk, accel string, smbios []string, mayRetry 
 	must(t, cmd.Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	// Under KVM, any failure before the guest kernel's first line is KVM's,
+	// not the image's, and so is a KVM internal error at any time: the boot
+	// is repeated under TCG.
+	kvmFailed := func(why string) bool {
+		if accel != qemuaccel.KVM {
+			return false
+		}
+		if !strings.Contains(stderr.String(), "KVM internal error") && qemuaccel.SignOfLife(readFile(console)) {
+			return false
+		}
+		t.Logf("KVM failed before the guest kernel ran (%s, after %s): booting again under TCG; qemu said:\n%s",
+			why, time.Since(start).Round(time.Second), tail(stderr.String(), 5))
+		return true
+	}
 	deadline := time.After(12 * time.Minute)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -187,7 +199,7 @@ wait:
 		case err = <-done:
 			break wait
 		case <-tick.C:
-			if accel == "kvm" && strings.Contains(stderr.String(), "KVM internal error") {
+			if (strings.Contains(stderr.String(), "KVM internal error") || time.Since(start) > 3*time.Minute) && kvmFailed("no kernel output or a KVM internal error") {
 				cmd.Process.Kill()
 				<-done
 				return res, againKVM
@@ -210,6 +222,9 @@ wait:
 		}
 	}
 	res.Took = time.Since(start)
+	if err != nil && kvmFailed(fmt.Sprintf("qemu: %v", err)) {
+		return res, againKVM
+	}
 	if err != nil {
 		t.Logf("console (last lines):\n%s", tail(readFile(console), 60))
 		t.Fatalf("qemu (%s): %v\n%s", accel, err, stderr.String())

@@ -26,6 +26,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/example"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/test/qemuaccel"
 )
 
 // The guest's users: podvm has passwordless sudo, podvm-pw a sudo that
@@ -328,10 +329,11 @@ type guest struct {
 // first, as in bootCheck.
 func bootGuest(t *testing.T, work string, base baseDisk, signer ssh.Signer) *guest {
 	t.Helper()
-	accels := []string{"tcg"}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		accels = []string{"kvm", "tcg"}
+	choice := qemuaccel.Choose()
+	t.Logf("accelerator: %s", choice)
+	accels := []string{choice.Accel}
+	if choice.Accel == qemuaccel.KVM {
+		accels = append(accels, qemuaccel.TCG)
 	}
 	for i := 0; i < len(accels); i++ {
 		accel := accels[i]
@@ -343,8 +345,11 @@ func bootGuest(t *testing.T, work string, base baseDisk, signer ssh.Signer) *gue
 			return g
 		}
 		g.kill()
-		if accel == "kvm" && strings.Contains(g.stderr.String(), "KVM internal error") {
-			t.Logf("KVM cannot run this guest here (KVM internal error, after %s); booting again under TCG", time.Since(start).Round(time.Second))
+		// Any failure under KVM before the guest kernel's first line is
+		// KVM's, not the image's.
+		if g.accel == qemuaccel.KVM && (!qemuaccel.SignOfLife(readFile(g.console)) || strings.Contains(g.stderr.String(), "KVM internal error")) {
+			t.Logf("KVM failed before the guest kernel ran (%v, after %s): booting again under TCG; qemu said:\n%s",
+				err, time.Since(start).Round(time.Second), tail(g.stderr.String(), 5))
 			continue
 		}
 		if strings.Contains(readFile(g.console), "Kernel panic") && !strings.HasSuffix(accels[len(accels)-1], "-again") {
@@ -389,14 +394,10 @@ func startGuest(t *testing.T, work string, base baseDisk, signer ssh.Signer, acc
 		"-initrd", filepath.Join(boot, "initrd.img-"+base.old),
 		"-append", "root=PARTUUID=" + base.partUUID + " rw console=ttyS0,115200n8",
 		"-serial", "file:" + g.console, "-monitor", "none", "-display", "none"}
-	if g.accel == "kvm" {
-		args = append(args, "-smp", "2", "-accel", "kvm", "-cpu", "host")
-	} else {
-		// One vCPU: with two, the guest kernel's live code patching
-		// raced under multi-threaded TCG here (an int3 Oops at boot), and
-		// the two host cores are shared anyway.
-		args = append(args, "-smp", "1", "-accel", "tcg", "-cpu", "max")
-	}
+	// One vCPU under TCG: with two, the guest kernel's live code patching
+	// raced under multi-threaded TCG here (an int3 Oops at boot), and the
+	// two host cores are shared anyway.
+	args = append(args, qemuaccel.Args(g.accel, 2, 1)...)
 	g.cmd = exec.Command("qemu-system-x86_64", args...)
 	g.cmd.Stdout, g.cmd.Stderr = g.stderr, g.stderr
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -417,8 +418,13 @@ func (g *guest) waitSSH(limit time.Duration) error {
 		} else {
 			last = err
 		}
-		if g.accel == "kvm" && strings.Contains(g.stderr.String(), "KVM internal error") {
-			return errors.New("KVM internal error")
+		if g.accel == qemuaccel.KVM {
+			if strings.Contains(g.stderr.String(), "KVM internal error") {
+				return errors.New("KVM internal error")
+			}
+			if time.Since(start) > 3*time.Minute && !qemuaccel.SignOfLife(readFile(g.console)) {
+				return errors.New("no guest kernel output under KVM after 3 minutes")
+			}
 		}
 		if strings.Contains(readFile(g.console), "Kernel panic - not syncing") {
 			return errors.New("the guest kernel panicked")
