@@ -9,7 +9,8 @@
 # The archive and security mirrors are the ones this host's apt uses
 # (/etc/apt); set PODVM_MIRROR and PODVM_SECURITY_MIRROR to use others.
 #
-# Outputs land in example/mkosi/output (PODVM_MKOSI_OUTPUT): the disk
+# Outputs land in example/mkosi/_output (PODVM_MKOSI_OUTPUT; the leading
+# underscore keeps Go from reading the tools tree there as our packages): the disk
 # image.raw, and podvm-artifacts/ (local-packages.sources, GPU Operator
 # ConfigMap and Helm values, keyring.asc, manifest.json). The generated
 # tree is example/mkosi/tree (PODVM_MKOSI_TREE).
@@ -18,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}
 tree=${PODVM_MKOSI_TREE:-$here/tree}
-output=${PODVM_MKOSI_OUTPUT:-$here/output}
+output=${PODVM_MKOSI_OUTPUT:-$here/_output}
 
 cd "$root"
 go build -o "$cache/bin/packer-plugin-podvm" .
