@@ -13,6 +13,8 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/keyfile"
 )
 
 // wallClock is the nodes' idea of now; tests move it.
@@ -71,9 +73,9 @@ func NewEphemeralSigner(name string, created time.Time) (*Signer, error) {
 // RSA below 2048 bits, DSA, anything but v4 keys, expired or revoked keys,
 // and keys without a signing-capable (sub)key.
 func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
-	data, err := os.ReadFile(path)
+	data, err := keyfile.Read(path, "signing key", keyfile.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("read key: %w", err)
+		return nil, err
 	}
 	// ReadArmoredKeyRing reads the first armored block only; a second one
 	// would be silently ignored, so count them first.

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/keyfile"
 )
 
 // ModuleKeyInput is what the module signing command reads on its input
@@ -20,9 +21,9 @@ import (
 // for none), then the private key and the certificate in PEM. It goes
 // through a pipe into the image's tmpfs, never into a file of the image.
 func ModuleKeyInput(k gpustack.ModuleKey) ([]byte, error) {
-	key, err := os.ReadFile(k.File)
+	key, err := keyfile.Read(k.File, "nvidia_module_signing_key", keyfile.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("nvidia_module_signing_key: %w", err)
+		return nil, err
 	}
 	cert, err := readCert(k.Cert)
 	if err != nil {
@@ -49,9 +50,9 @@ func ModuleSigner(cert *x509.Certificate) string { return cert.Issuer.CommonName
 
 // readCert reads an X.509 certificate in PEM or DER.
 func readCert(path string) (*x509.Certificate, error) {
-	data, err := os.ReadFile(path)
+	data, err := keyfile.Read(path, "nvidia_module_signing_cert", keyfile.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("nvidia_module_signing_cert: %w", err)
+		return nil, err
 	}
 	if b, _ := pem.Decode(data); b != nil {
 		if b.Type != "CERTIFICATE" {
@@ -78,9 +79,9 @@ func checkModuleKey(k gpustack.ModuleKey) error {
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(k.File)
+	data, err := keyfile.Read(k.File, "nvidia_module_signing_key", keyfile.MaxSize)
 	if err != nil {
-		return fmt.Errorf("nvidia_module_signing_key: %w", err)
+		return err
 	}
 	var block *pem.Block
 	for rest := data; ; {

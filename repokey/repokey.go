@@ -13,13 +13,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/keyfile"
 )
 
 // MaxSize bounds a fetched key; real repository keys are a few KiB.
@@ -189,9 +190,9 @@ func KeepPinned(entities openpgp.EntityList, fingerprints []string) (openpgp.Ent
 // path, for the error message. The user named the file, so it is trusted
 // as is.
 func ReadFile(path, setting string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := keyfile.Read(path, setting, keyfile.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", setting, err)
+		return nil, err
 	}
 	entities, err := Parse(data)
 	if err != nil {

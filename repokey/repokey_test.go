@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,6 +191,33 @@ func TestReadFile(t *testing.T) {
 			}
 			if err != nil || !bytes.Equal(got, bin) {
 				t.Errorf("err %v, same keyring %v", err, bytes.Equal(got, bin))
+			}
+		})
+	}
+}
+
+// TestReadFileNotRegular: a keyring setting that names a device or a FIFO
+// is refused at once, naming the setting (read whole, /dev/zero ran out of
+// memory and a FIFO blocked for ever).
+func TestReadFileNotRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := ReadFile(path, "nvidia_cuda_repo_keyring")
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "nvidia_cuda_repo_keyring") || !strings.Contains(err.Error(), "not a regular file") {
+					t.Errorf("ReadFile(%s): %v; want a refusal naming the setting", path, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("ReadFile(%s) blocks", path)
 			}
 		})
 	}
