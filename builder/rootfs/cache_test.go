@@ -2,7 +2,10 @@ package rootfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -152,6 +155,12 @@ func TestBuildDebootstrapThroughCache(t *testing.T) {
 	if _, err := os.Stat(entry); err != nil {
 		t.Fatalf("no cache entry: %v", err)
 	}
+	if rec, err := os.ReadFile(entry + ".sha256"); err != nil || string(rec) != fileSHA256(t, entry)+"  "+filepath.Base(entry)+"\n" {
+		t.Errorf("digest record %q (%v), want the entry's SHA256 and name", rec, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, ".*")); len(left) > 0 {
+		t.Errorf("staging left in the cache: %q", left)
+	}
 
 	// Warm: no debootstrap.
 	out = build(t, "warm")
@@ -162,15 +171,157 @@ func TestBuildDebootstrapThroughCache(t *testing.T) {
 		t.Error("warm build ran debootstrap")
 	}
 
-	// A damaged entry is dropped and the tree bootstrapped afresh.
+	// A damaged entry no longer has its recorded SHA256: it is dropped and
+	// the tree bootstrapped afresh.
 	if err := os.WriteFile(entry, []byte("garbage"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out = build(t, "damaged")
-	if !strings.Contains(out, "dropping the unusable cache entry") || !strings.Contains(out, "Running debootstrap") {
+	if !strings.Contains(out, "refusing the cache entry "+entry+": SHA256 mismatch") || !strings.Contains(out, "Running debootstrap") {
 		t.Errorf("damaged entry:\n%s", out)
 	}
 	if fi, err := os.Stat(entry); err != nil || fi.Size() < 1000 {
 		t.Errorf("the entry was not rewritten: %v", err)
+	}
+}
+
+// buildThroughCache runs a debootstrap build into out with cache as
+// cache_dir, through the fake debootstrap, and returns the build's output.
+func buildThroughCache(t *testing.T, cache, out string) (string, error) {
+	t.Helper()
+	b := &Builder{}
+	h := fakeHost()
+	h.getwd = os.Getwd
+	if err := b.config.Prepare(h, map[string]interface{}{
+		"suite": "trixie", "variant": "minbase", "mirror": "file:///srv/mirror/debian",
+		"cache_dir": cache, "output_directory": out, "apt_sources": false, "upgrade": false,
+	}); err != nil {
+		return "", err
+	}
+	ui := &testUi{}
+	_, err := b.Run(context.Background(), ui, &commandHook{})
+	assertTornDown(t, out)
+	return ui.output(), err
+}
+
+func fileSHA256(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// A base tree is unpacked only when its SHA256 matches the one the builder
+// recorded when it wrote the entry. A tarball planted under the entry's
+// predictable name, one whose digest does not match, and links in place
+// of either file are refused with a message that says why, and the tree is
+// bootstrapped afresh.
+func TestBuildRefusesUnverifiedCacheEntry(t *testing.T) {
+	chroottest.RequireRoot(t)
+	src := chroottest.BusyboxRoot(t)
+	fakeDebootstrap(t, src)
+
+	// The attacker's tree: the busybox tree and a marker.
+	evil := filepath.Join(t.TempDir(), "evil")
+	if out, err := exec.Command("cp", "-a", src, evil).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(evil, "planted"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evilTar := filepath.Join(t.TempDir(), "evil.tar.zst")
+	if err := createTarball(context.Background(), evil, evilTar); err != nil {
+		t.Fatal(err)
+	}
+	evilSum := fileSHA256(t, evilTar)
+	copyFile := func(t *testing.T, from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tests := []struct {
+		name  string
+		plant func(t *testing.T, entry string)
+		want  string
+	}{
+		{"no recorded digest", func(t *testing.T, entry string) {
+			copyFile(t, evilTar, entry)
+		}, "has no recorded SHA256"},
+		{"digest mismatch", func(t *testing.T, entry string) {
+			copyFile(t, evilTar, entry)
+			must(t, os.WriteFile(entry+".sha256", []byte(strings.Repeat("0", 64)+"  "+filepath.Base(entry)+"\n"), 0o644))
+		}, "SHA256 mismatch"},
+		{"digest not a digest", func(t *testing.T, entry string) {
+			copyFile(t, evilTar, entry)
+			must(t, os.WriteFile(entry+".sha256", []byte("../../etc/passwd\n"), 0o644))
+		}, "is not a SHA256 record"},
+		{"entry is a link", func(t *testing.T, entry string) {
+			must(t, os.Symlink(evilTar, entry))
+			must(t, os.WriteFile(entry+".sha256", []byte(evilSum+"  "+filepath.Base(entry)+"\n"), 0o644))
+		}, "symbolic link"},
+		{"digest is a link", func(t *testing.T, entry string) {
+			copyFile(t, evilTar, entry)
+			must(t, os.WriteFile(entry+".real", []byte(evilSum+"\n"), 0o644))
+			must(t, os.Symlink(entry+".real", entry+".sha256"))
+		}, "symbolic link"},
+		{"entry writable by others", func(t *testing.T, entry string) {
+			copyFile(t, evilTar, entry)
+			must(t, os.Chmod(entry, 0o666))
+			must(t, os.WriteFile(entry+".sha256", []byte(evilSum+"  "+filepath.Base(entry)+"\n"), 0o644))
+		}, "writable by group or others"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cache := filepath.Join(dir, "cache")
+			must(t, os.Mkdir(cache, 0o755))
+			c := &Config{Suite: "trixie", Variant: "minbase", Arch: "amd64", Mirror: "file:///srv/mirror/debian", Components: []string{"main"}}
+			entry := filepath.Join(cache, newBaseKey(c, time.Now()).fileName())
+			tt.plant(t, entry)
+
+			out := filepath.Join(dir, "out")
+			log, err := buildThroughCache(t, cache, out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, log)
+			}
+			if _, err := os.Stat(filepath.Join(out, "planted")); err == nil {
+				t.Fatalf("the planted tree became the image root:\n%s", log)
+			}
+			for _, w := range []string{"Warning: refusing the cache entry " + entry, tt.want, "Running debootstrap"} {
+				if !strings.Contains(log, w) {
+					t.Errorf("output lacks %q:\n%s", w, log)
+				}
+			}
+			// The entry is rebuilt, with a digest that matches it.
+			fi, err := os.Lstat(entry)
+			if err != nil || !fi.Mode().IsRegular() {
+				t.Fatalf("entry not rewritten as a regular file: %v", err)
+			}
+			rec, err := os.ReadFile(entry + ".sha256")
+			if err != nil {
+				t.Fatalf("no digest written for the rebuilt entry: %v", err)
+			}
+			if want := fileSHA256(t, entry) + "  " + filepath.Base(entry) + "\n"; string(rec) != want {
+				t.Errorf("digest record %q, want %q", rec, want)
+			}
+
+			// And the next build uses it.
+			log, err = buildThroughCache(t, cache, filepath.Join(dir, "warm"))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, log)
+			}
+			if !strings.Contains(log, "Unpacking the cached base tree "+entry) || strings.Contains(log, "Running debootstrap") {
+				t.Errorf("the rebuilt entry was not used:\n%s", log)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 )
 
 // Source types.
@@ -437,8 +439,27 @@ func (c *Config) prepareCache(h host, add func(string, ...any)) {
 		return
 	}
 	c.CacheDir = abs
-	if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+	if c.SourceType != sourceDebootstrap || c.SkipCache {
+		// The cache is never read nor written: only its shape matters.
+		if fi, err := os.Stat(abs); err == nil && !fi.IsDir() {
+			add("cache_dir: %q exists and is not a directory", c.CacheDir)
+		}
+		return
+	}
+	// Whoever can write the cache chooses the root of every later image
+	// built from it: the build caches' owner and mode rules apply. A
+	// missing directory is made by the build, as root, with mode 0755.
+	fi, err := os.Lstat(abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		add("cache_dir: %q: %v", c.CacheDir, err)
+	case !fi.IsDir() && fi.Mode()&fs.ModeSymlink == 0:
 		add("cache_dir: %q exists and is not a directory", c.CacheDir)
+	default:
+		if err := cachedir.Check(fi, true); err != nil {
+			add("cache_dir: %q: %v", c.CacheDir, err)
+		}
 	}
 }
 

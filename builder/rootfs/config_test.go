@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 )
 
 // fakeHost is a root amd64 host with every tool, working in /work/tpl, and
@@ -445,5 +447,63 @@ func TestQuoteList(t *testing.T) {
 		if got := quoteList(tt.in); got != tt.want {
 			t.Errorf("quoteList(%q) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+// Whoever can write the base-tree cache chooses the root of later images,
+// so cache_dir follows the build caches' owner and mode rules.
+func TestPrepareCacheDirTrust(t *testing.T) {
+	chroottest.RequireRoot(t)
+	dir := t.TempDir()
+	mk := func(name string, mode os.FileMode, uid int) string {
+		p := filepath.Join(dir, name)
+		must(t, os.Mkdir(p, 0o700))
+		must(t, os.Chmod(p, mode))
+		must(t, os.Chown(p, uid, uid))
+		return p
+	}
+	good := mk("good", 0o755, 0)
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(good, link))
+	tests := []struct {
+		name  string
+		cache string
+		extra map[string]interface{}
+		want  string // "" when accepted
+	}{
+		{"root's 0755", good, nil, ""},
+		{"missing", filepath.Join(dir, "new"), nil, ""},
+		{"owned by nobody, 0777", mk("nobody777", 0o777, 65534), nil, "owned by uid 65534"},
+		{"owned by nobody", mk("nobody", 0o755, 65534), nil, "owned by uid 65534"},
+		{"writable by others", mk("world", 0o777, 0), nil, "writable by group or others (mode 0777)"},
+		{"sticky and writable by others", mk("sticky", 0o1777, 0), nil, "writable by group or others"},
+		{"writable by group", mk("group", 0o775, 0), nil, "writable by group or others (mode 0775)"},
+		{"a link", link, nil, "symbolic link"},
+		// The cache is left alone with skip_cache, and never used with
+		// another source type.
+		{"skip_cache", filepath.Join(dir, "world"), map[string]interface{}{"skip_cache": true}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := map[string]interface{}{"suite": "trixie", "cache_dir": tt.cache}
+			for k, v := range tt.extra {
+				raw[k] = v
+			}
+			_, err := prepare(t, fakeHost(), raw)
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error with %q", tt.want)
+			}
+			for _, w := range []string{`cache_dir: "` + tt.cache + `"`, tt.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
 	}
 }

@@ -2,7 +2,9 @@ package rootfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/mount"
 )
 
@@ -53,22 +56,9 @@ func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui
 	}
 	key := newBaseKey(cfg, now())
 	if !cfg.SkipCache {
-		if cached, ok := key.lookup(cfg.CacheDir); ok {
-			err := timed(ui, "Unpacking the cached base tree "+cached, func() error {
-				return extractTarball(ctx, cached, root)
-			})
-			if err == nil {
-				return scrubHostIdentity(root)
-			}
-			if ctx.Err() != nil {
-				return err
-			}
-			// A damaged entry must not fail every build of the day.
-			ui.Error(fmt.Sprintf("Warning: dropping the unusable cache entry %s; bootstrapping afresh", cached))
-			os.Remove(cached)
-			if err := emptyTree(root); err != nil {
-				return err
-			}
+		done, err := s.fromCache(ctx, cfg, ui, key, root)
+		if done || err != nil {
+			return err
 		}
 	}
 
@@ -106,12 +96,20 @@ func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui
 		return nil
 	}
 
-	entry := cfg.CacheDir + "/" + key.fileName()
+	entry := filepath.Join(cfg.CacheDir, key.fileName())
 	err = timed(ui, "Saving the base tree to the cache as "+entry, func() error {
-		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
+		// The cache directory itself is made as cachedir makes it, and
+		// checked before anything is written into it.
+		if err := os.MkdirAll(filepath.Dir(cfg.CacheDir), 0o755); err != nil {
 			return fmt.Errorf("cache_dir: %w", err)
 		}
-		return createTarball(ctx, root, entry)
+		d, err := cachedir.OpenDir(cfg.CacheDir, cfg.CacheDir, true)
+		if err != nil {
+			return fmt.Errorf("cache_dir: %w", err)
+		}
+		defer d.Close()
+		_, err = writeTarball(ctx, root, entry, true)
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -123,10 +121,56 @@ func (s *stepSource) bootstrap(ctx context.Context, cfg *Config, ui packersdk.Ui
 	}
 	for _, old := range key.olderEntries(cfg.CacheDir) {
 		if err := os.Remove(old); err == nil {
+			os.Remove(old + digestSuffix)
 			ui.Say("Removed the outdated cache entry " + old)
 		}
 	}
 	return nil
+}
+
+// fromCache fills root from the cache entry of key when there is one that
+// can be trusted, and says whether it did. An entry that is refused (no
+// recorded SHA256, a mismatch, a link, the wrong owner or mode) or that
+// fails to unpack is removed with a warning that says why, and the caller
+// bootstraps afresh. A cache directory that fails the owner and mode rules
+// fails the build: Prepare checked it, so someone changed it since.
+func (s *stepSource) fromCache(ctx context.Context, cfg *Config, ui packersdk.Ui, key baseKey, root string) (bool, error) {
+	d, err := cachedir.OpenDir(cfg.CacheDir, cfg.CacheDir, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cache_dir: %w", err)
+	}
+	defer d.Close()
+	name := key.fileName()
+	cached := filepath.Join(cfg.CacheDir, name)
+	f, err := openEntry(d, name)
+	if errors.Is(err, errNoEntry) {
+		return false, nil
+	}
+	if err != nil {
+		ui.Error(fmt.Sprintf("Warning: refusing the cache entry %s: %v; removing it and bootstrapping afresh", cached, err))
+		dropEntry(d, name)
+		return false, nil
+	}
+	defer f.Close()
+	err = timed(ui, "Unpacking the cached base tree "+cached, func() error {
+		return extractFrom(ctx, f, root)
+	})
+	if err == nil {
+		return true, scrubHostIdentity(root)
+	}
+	if ctx.Err() != nil {
+		return false, err
+	}
+	// A damaged entry must not fail every build of the day.
+	ui.Error(fmt.Sprintf("Warning: dropping the unusable cache entry %s; bootstrapping afresh", cached))
+	dropEntry(d, name)
+	if err := emptyTree(root); err != nil {
+		return false, err
+	}
+	return false, nil
 }
 
 func debootstrapArgs(cfg *Config, root string) []string {

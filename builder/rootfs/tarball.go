@@ -2,15 +2,20 @@ package rootfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
 
 // Root filesystems carry owners by number, file capabilities and ACLs
@@ -38,6 +43,13 @@ func extractTarball(ctx context.Context, file, dir string) error {
 		return fmt.Errorf("extract tarball: %w", err)
 	}
 	defer f.Close()
+	return extractFrom(ctx, f, dir)
+}
+
+// extractFrom unpacks the open tarball f, whose name gives the
+// compression, into the existing directory dir.
+func extractFrom(ctx context.Context, f *os.File, dir string) error {
+	file := f.Name()
 	var r io.Reader = f
 	switch tarSuffix(file, inputTarballs) {
 	case ".tar.zst":
@@ -82,52 +94,102 @@ func extractTarball(ctx context.Context, file, dir string) error {
 }
 
 // createTarball packs the tree at dir into file, compressed as its name
-// says. It writes a temporary file beside file and renames it into place,
-// so an interrupted build never leaves a truncated archive under the final
-// name.
-func createTarball(ctx context.Context, dir, file string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
+// says. It writes in a staging directory beside file and renames the
+// archive into place, so an interrupted build never leaves a truncated
+// archive under the final name.
+func createTarball(ctx context.Context, dir, file string) error {
+	_, err := writeTarball(ctx, dir, file, false)
+	return err
+}
+
+// writeTarball is createTarball that returns the archive's SHA256 and,
+// with record set, also writes the digest record file+digestSuffix once
+// the archive is in place. The staging directory is named for this
+// process (package staging), so one that a killed build left beside file
+// is removed by the next build that writes there.
+func writeTarball(ctx context.Context, dir, file string, record bool) (sum string, err error) {
+	parent, base := filepath.Dir(file), filepath.Base(file)
+	prefix := "." + base + ".tmp-"
+	staging.RemoveStale(parent, prefix)
+	removeLegacyTemps(parent, prefix)
+	work, err := os.MkdirTemp(parent, staging.Pattern(prefix))
 	if err != nil {
-		return fmt.Errorf("create tarball: %w", err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer os.RemoveAll(work)
+	tmp, err := os.OpenFile(filepath.Join(work, base), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
+	}
+	defer tmp.Close()
+	h := sha256.New()
+	out := io.MultiWriter(tmp, h)
 	var w io.WriteCloser
 	switch tarSuffix(file, outputTarballs) {
 	case ".tar.zst":
-		w, err = zstd.NewWriter(tmp, zstd.WithEncoderLevel(zstd.SpeedDefault))
+		w, err = zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	case ".tar.gz":
-		w, err = gzip.NewWriterLevel(tmp, gzip.DefaultCompression)
+		w, err = gzip.NewWriterLevel(out, gzip.DefaultCompression)
 	default:
-		return fmt.Errorf("create tarball %s: unsupported extension", file)
+		return "", fmt.Errorf("create tarball %s: unsupported extension", file)
 	}
 	if err != nil {
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
 	args := append([]string{"--create", "--file=-", "--directory=" + dir}, tarCreateFlags...)
 	cmd := exec.Command("tar", append(args, ".")...)
 	cmd.Stdout = w
 	if err := runHost(ctx, cmd); err != nil {
 		w.Close()
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	var rec string
+	if record {
+		// Written before either rename, so that the record appears
+		// whole; the archive goes first, so a record never describes an
+		// archive that is not there yet. A build killed between the two
+		// renames leaves an archive without a record, which the next
+		// build refuses and rebuilds.
+		rec = filepath.Join(work, base+digestSuffix)
+		if err := os.WriteFile(rec, digestRecord(sum, base), 0o644); err != nil {
+			return "", fmt.Errorf("record the SHA256 of %s: %w", file, err)
+		}
 	}
 	if err := os.Rename(tmp.Name(), file); err != nil {
-		return fmt.Errorf("create tarball %s: %w", file, err)
+		return "", fmt.Errorf("create tarball %s: %w", file, err)
 	}
-	return nil
+	if record {
+		if err := os.Rename(rec, file+digestSuffix); err != nil {
+			return "", fmt.Errorf("record the SHA256 of %s: %w", file, err)
+		}
+	}
+	return sum, nil
+}
+
+// removeLegacyTemps removes the temporary files that earlier versions
+// wrote beside a tarball (prefix and a random number, no process ID), which
+// a killed build left behind.
+func removeLegacyTemps(dir, prefix string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if ok && e.Type().IsRegular() && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // copyTree copies the tree at src into the existing directory dst with
