@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
 // ModuleFlavour is the NVIDIA kernel module flavour.
@@ -169,10 +171,15 @@ type Input struct {
 	LookupEnv func(string) (string, bool)
 }
 
-// Resolved is the outcome of Resolve: the options and where each came from.
+// Resolved is the outcome of Resolve: the options, where each came from,
+// and warnings about settings the user gave that the other settings make
+// useless. Every caller shows the warnings (the provisioner through
+// Packer's ui, the CLI on stderr): an explicit setting is never dropped
+// without a word.
 type Resolved struct {
-	Options Options
-	Origin  map[string]Source
+	Options  Options
+	Origin   map[string]Source
+	Warnings []string
 }
 
 // Resolve applies the precedence explicit > environment > default and
@@ -215,7 +222,45 @@ func Resolve(in Input) (Resolved, error) {
 	if len(errs) > 0 {
 		return Resolved{}, &SettingsError{Errs: errs}
 	}
+	res.Warnings = res.Options.ignored(res.Origin)
 	return res, nil
+}
+
+// ignored lists the settings the user gave (in the environment, HCL or
+// flags) that have no effect with the others, each named the way the user
+// wrote it, with the setting that makes it useless.
+func (o Options) ignored(origin map[string]Source) []string {
+	var warns []string
+	given := func(key string) (string, bool) {
+		src, ok := origin[key]
+		if !ok || src == FromDefault {
+			return "", false
+		}
+		s, _ := Lookup(key)
+		return src.Name(s), true
+	}
+	warn := func(keys []string, why string) {
+		for _, k := range keys {
+			if name, ok := given(k); ok {
+				warns = append(warns, fmt.Sprintf("%s is ignored: %s", name, why))
+			}
+		}
+	}
+	if !o.EnableGPU {
+		warn([]string{"nvidia_module_signing", "nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring",
+			"nvidia_hook_mode", "nvidia_container_toolkit_version", "nvidia_container_toolkit_repo_url",
+			"nvidia_container_toolkit_repo_keyring"}, "enable_nvidia_gpu is no")
+		return warns
+	}
+	if o.DriverSource != SourceCUDARepo {
+		why := fmt.Sprintf("nvidia_driver_source is %s, so the driver does not come from the CUDA repository", o.DriverSource)
+		warn([]string{"nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring"}, why)
+	}
+	if !o.Toolkit {
+		warn([]string{"nvidia_hook_mode", "nvidia_container_toolkit_version", "nvidia_container_toolkit_repo_url",
+			"nvidia_container_toolkit_repo_keyring"}, "nvidia_container_toolkit is no")
+	}
+	return warns
 }
 
 // crossCheck rejects combinations that no target can satisfy.
@@ -229,7 +274,18 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 		errs = append(errs, fmt.Errorf("%s=%s: needs local_repo_signing_key; the default ephemeral key has no passphrase",
 			name("local_repo_passphrase_env"), o.PassphraseEnv))
 	}
-	if o.ModuleSigning == "key" && (o.ModuleKey == "" || o.ModuleCert == "") {
+	// valid reports whether every key parsed: a check across settings
+	// that one has failed would only repeat its error in other words.
+	valid := func(keys ...string) bool {
+		for _, k := range keys {
+			if _, ok := origin[k]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	// Without the GPU stack nothing is signed, so the key is not needed.
+	if o.EnableGPU && o.ModuleSigning == "key" && (o.ModuleKey == "" || o.ModuleCert == "") {
 		errs = append(errs, fmt.Errorf("%s=key: needs nvidia_module_signing_key and nvidia_module_signing_cert, the key and certificate files on the build host", name("nvidia_module_signing")))
 	}
 	for _, k := range []struct{ key, v string }{
@@ -241,9 +297,17 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 			errs = append(errs, fmt.Errorf("%s=%s: only used with nvidia_module_signing=key, not %s", name(k.key), k.v, o.ModuleSigning))
 		}
 	}
-	if e := o.RepoExposePath; e != "" && (e == o.RepoPath || strings.HasPrefix(e, o.RepoPath+"/") || strings.HasPrefix(o.RepoPath, e+"/")) {
+	if e := o.RepoExposePath; e != "" && valid("local_repo_path", "local_repo_expose_path") &&
+		(inputcheck.Below(e, o.RepoPath) || inputcheck.Below(o.RepoPath, e)) {
 		errs = append(errs, fmt.Errorf("%s=%s: overlaps local_repo_path %s; allowed: none, or a separate path such as /run/nvidia/local-packages",
 			name("local_repo_expose_path"), e, o.RepoPath))
+	}
+	// The bake writes the keyring after the repository is in place: inside
+	// it, it would overwrite a file of the repository, or the directory.
+	if k := o.RepoKeyring; valid("local_repo_path", "local_repo_keyring") &&
+		(inputcheck.Below(k, o.RepoPath) || inputcheck.Below(o.RepoPath, k)) {
+		errs = append(errs, fmt.Errorf("%s=%s: inside local_repo_path %s (the repository has its own keyring.gpg); allowed: a file in /usr/share/keyrings or /etc/apt/keyrings",
+			name("local_repo_keyring"), k, o.RepoPath))
 	}
 	// The repository's own signatures protect packages fetched over http,
 	// but the key fetched next to it would not be: a plain-http mirror

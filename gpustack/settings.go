@@ -4,13 +4,15 @@ package gpustack
 //go:generate go tool packer-sdc mapstructure-to-hcl2 -type Settings
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
 // Kind is the type of a setting's value.
@@ -52,8 +54,13 @@ type Setting struct {
 	DefaultDoc string
 	// Field is the name of the generated HCL config field.
 	Field string
-	// check validates a non-empty String or each List element; nil: any.
+	// check validates a non-empty String or each List element, after
+	// parse's own checks of every String and List value (no control
+	// characters, a length cap); nil: any text that passes those.
 	check *checker
+	// nonEmpty refuses an explicit empty list, which would mean "nothing"
+	// where the setting's default means "the distro's list".
+	nonEmpty bool
 	// set stores the parsed value into Options.
 	set func(o *Options, v value)
 }
@@ -94,79 +101,140 @@ var (
 func ValidKernel(s string) bool { return kernelRe.MatchString(s) }
 
 // checker validates a non-empty String value or each List element, and
-// says what it allows, for errors, --help and the docs.
+// says what it allows, for errors, --help and the docs. valid returns nil
+// for a good value; an *inputcheck.Error it returns says what is wrong, and
+// any other error just refuses the value.
 type checker struct {
-	ok      func(string) bool
+	valid   func(string) error
 	allowed string
 }
 
+// errNoMatch refuses a value that a checker's pattern does not match; the
+// checker's allowed text says the rest.
+var errNoMatch = errors.New("no match")
+
+// okIf makes a checker of a predicate.
+func okIf(ok func(string) bool, allowed string) checker {
+	return checker{valid: func(s string) error {
+		if ok(s) {
+			return nil
+		}
+		return errNoMatch
+	}, allowed: allowed}
+}
+
 func matches(re *regexp.Regexp, allowed string) checker {
-	return checker{ok: re.MatchString, allowed: allowed}
+	return okIf(re.MatchString, allowed)
+}
+
+// inputChecker wraps a check of package inputcheck, which names the
+// problem; allowed is the docs' text for the setting.
+func inputChecker(valid func(string) error, allowed string) checker {
+	return checker{valid: valid, allowed: allowed}
+}
+
+// Limits of every String and List setting, checked by parse before the
+// setting's own check: a value reaches units, scripts and messages, and a
+// list becomes one apt command line.
+const (
+	maxValueBytes = inputcheck.MaxText
+	maxListItems  = 256
+)
+
+// Keyrings of the image's apt that local_repo_keyring must not replace: the
+// distribution's archive keys (debian-*, ubuntu-*) and the keys of the
+// repositories the plan adds (see build.go).
+var (
+	keyringDirs         = []string{"/usr/share/keyrings", "/etc/apt/keyrings"}
+	distroKeyringPrefix = []string{"debian-", "ubuntu-"}
+	planKeyrings        = []string{cudaKeyring, toolkitKeyring}
+)
+
+func checkRepoKeyring(p string) error {
+	const allowed = "a file named *.gpg of its own in /usr/share/keyrings or /etc/apt/keyrings, such as /usr/share/keyrings/podvm-local-packages.gpg"
+	if err := inputcheck.ImageFileIn(p, ".gpg", keyringDirs...); err != nil {
+		return err
+	}
+	base := path.Base(p)
+	for _, pre := range distroKeyringPrefix {
+		if strings.HasPrefix(base, pre) {
+			return &inputcheck.Error{Problem: "the name of a distribution's keyring", Allowed: allowed}
+		}
+	}
+	for _, k := range planKeyrings {
+		if p == k || path.Base(k) == base {
+			return &inputcheck.Error{Problem: "the keyring of another repository the build adds", Allowed: allowed}
+		}
+	}
+	return nil
 }
 
 var (
 	checkDriverVersion  = matches(driverVersionRe, `a driver branch such as "550" or an exact version such as "550.163.01"`)
-	checkToolkitVersion = checker{
-		ok:      func(s string) bool { return s == "newest" || debVersionRe.MatchString(s) },
-		allowed: "newest, or a whole Debian package version with its revision, such as " + DefaultToolkitVersion,
-	}
+	checkToolkitVersion = okIf(
+		func(s string) bool { return s == "newest" || debVersionRe.MatchString(s) },
+		"newest, or a whole Debian package version with its revision, such as "+DefaultToolkitVersion,
+	)
 	checkURL     = matches(urlRe, "an https://, http:// or file:// URL")
 	checkEnvName = matches(envNameRe, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
 	checkPkgName = matches(pkgNameRe, "Debian package names (lowercase letters, digits, + - .)")
-	checkAbsPath = checker{
-		ok: func(s string) bool {
-			// % too: systemd expands it in the units that name these paths.
-			return path.IsAbs(s) && path.Clean(s) == s && s != "/" && !strings.ContainsAny(s, " \t\n'\"\\$`%")
-		},
-		allowed: "an absolute, clean path other than / without spaces, quotes, $ or %",
-	}
-	checkHostPath = checker{
-		ok:      func(s string) bool { return !strings.ContainsAny(s, "\n\x00") },
-		allowed: "a file path on the machine running the build",
-	}
-	// An output directory may not exist yet; an existing file is refused
-	// before the build rather than after the driver is installed.
-	checkOutputDir = checker{
-		ok: func(s string) bool {
-			if strings.ContainsAny(s, "\n\x00") {
-				return false
+	// The repository's directory: the provisioner's swap replaces it whole,
+	// removing what was there, so it must be a directory of the build's own.
+	checkRepoPath = inputChecker(inputcheck.ImageDataDir,
+		"a directory of its own below "+strings.Join(inputcheck.DataRoots, ", ")+", such as /opt/local-packages; a clean path without spaces, quotes, $ or %")
+	checkKeyring  = inputChecker(checkRepoKeyring, "a file named *.gpg of its own in /usr/share/keyrings or /etc/apt/keyrings (not a distribution's keyring), such as /usr/share/keyrings/podvm-local-packages.gpg")
+	checkHostPath = inputChecker(inputcheck.HostPath, "a file path on the machine running the build")
+	// An output directory may not exist yet; what would fail when the
+	// artefacts are written is refused before the build rather than after
+	// the driver is installed.
+	checkOutputDir = inputChecker(inputcheck.HostDir,
+		"a directory on the machine running the build (created if missing; not an existing file, a dangling or looping link, or a path in /proc, /sys or /dev)")
+	// A mount unit binds the repository there; below /run (a tmpfs, nothing
+	// to shadow) but never over a directory a service of the image uses.
+	checkExposePath = inputChecker(
+		func(s string) error {
+			if s == "none" {
+				return nil
 			}
-			fi, err := os.Stat(s)
-			return err != nil || fi.IsDir()
+			return inputcheck.ImageRunDir(s)
 		},
-		allowed: "a directory on the machine running the build (created if missing; not an existing file)",
-	}
-	checkPkgTemplate = checker{
-		ok: func(s string) bool {
-			return pkgTemplateRe.MatchString(s) && !strings.ContainsAny(strings.ReplaceAll(s, "{kernel}", ""), "{}")
+		"none, or a new directory of its own below /run or /run/nvidia, such as /run/nvidia/local-packages: not /run/nvidia, nor one that systemd, a container runtime, kata or the GPU Operator uses (/run/systemd, /run/dbus, /run/lock, /run/kata-containers, /run/nvidia/driver, /run/nvidia/validations, ...); without spaces, quotes, $ or %",
+	)
+	// A template begins with a name: "{kernel}" alone would ask apt for a
+	// package named like a kernel release.
+	checkPkgTemplate = okIf(
+		func(s string) bool {
+			return pkgTemplateRe.MatchString(s) && !strings.HasPrefix(s, "{") &&
+				!strings.ContainsAny(strings.ReplaceAll(s, "{kernel}", ""), "{}")
 		},
-		allowed: "package name templates such as linux-headers-{kernel}, whose only placeholder is {kernel}",
-	}
-	checkKernels = checker{
-		ok: func(s string) bool {
+		"package name templates such as linux-headers-{kernel}, which begin with a name and whose only placeholder is {kernel}",
+	)
+	checkKernels = okIf(
+		func(s string) bool {
 			if s == "newest" || s == "all" {
 				return true
 			}
-			for _, k := range splitList(s) {
+			ks := splitList(s)
+			for _, k := range ks {
 				if !kernelRe.MatchString(k) {
 					return false
 				}
 			}
-			return true
+			return len(ks) > 0
 		},
-		allowed: "newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64",
-	}
-	checkEpoch = checker{
-		ok: func(s string) bool {
+		"newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64",
+	)
+	checkEpoch = okIf(
+		func(s string) bool {
 			n, err := strconv.ParseInt(s, 10, 64)
 			return err == nil && n >= 0
 		},
-		allowed: "a non-negative integer of seconds since 1970-01-01 UTC",
-	}
-	checkSize = checker{
-		ok:      func(s string) bool { _, err := ParseSize(s); return err == nil },
-		allowed: "a size such as 4GiB, 500MiB or 0 for no bound (units B, KiB, MiB, GiB, TiB; K, M, G, T are the same)",
-	}
+		"a non-negative integer of seconds since 1970-01-01 UTC",
+	)
+	checkSize = okIf(
+		func(s string) bool { _, err := ParseSize(s); return err == nil },
+		"a size such as 4GiB, 500MiB or 0 for no bound (units B, KiB, MiB, GiB, TiB; K, M, G, T are the same)",
+	)
 )
 
 // ParseSize reads a size such as 4GiB or 500M as bytes. Units are powers
@@ -302,12 +370,13 @@ var Table = []Setting{
 		set:     func(o *Options, v value) { o.LocalRepo = v.s }},
 	{Key: "local_repo_path", Env: "LOCAL_REPO_PATH", Kind: String, Default: "/opt/local-packages", Section: "repo",
 		Help:  "Directory of the repository in the image.",
-		check: &checkAbsPath,
+		check: &checkRepoPath,
 		set:   func(o *Options, v value) { o.RepoPath = v.s }},
 	{Key: "local_repo_packages", Env: "LOCAL_REPO_PACKAGES", Kind: List, Section: "repo",
 		DefaultDoc: "Debian: linux-headers-{kernel}, linux-image-{kernel}; Ubuntu: also linux-modules-{kernel}",
 		Help:       "Package name templates baked for each targeted kernel; {kernel} is the kernel version.",
 		check:      &checkPkgTemplate,
+		nonEmpty:   true,
 		set:        func(o *Options, v value) { o.RepoPackages = v.list }},
 	{Key: "local_repo_closure", Env: "LOCAL_REPO_CLOSURE", Kind: Enum, Default: "full", Section: "repo",
 		Allowed: []string{"full", "none"},
@@ -332,22 +401,14 @@ var Table = []Setting{
 		set:   func(o *Options, v value) { o.PassphraseEnv = v.s }},
 	{Key: "local_repo_keyring", Env: "LOCAL_REPO_KEYRING", Kind: String, Default: "/usr/share/keyrings/podvm-local-packages.gpg", Section: "repo",
 		Help:  "Path in the image of the repository's public keyring (binary).",
-		check: &checkAbsPath,
+		check: &checkKeyring,
 		set:   func(o *Options, v value) { o.RepoKeyring = v.s }},
 	{Key: "local_repo_sources_file", Env: "LOCAL_REPO_SOURCES_FILE", Kind: Bool, Default: "no", Section: "repo",
 		Help: "Also enable the repository in the image's own apt sources.",
 		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
 	{Key: "local_repo_expose_path", Env: "LOCAL_REPO_EXPOSE_PATH", Kind: String, Default: "/run/nvidia/local-packages", Section: "repo",
-		Help: "Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
-		check: &checker{
-			// Below /run (a tmpfs, nothing to shadow) and not /run/nvidia
-			// itself, where the operator creates its own directories; no %,
-			// which systemd would expand in the mount unit.
-			ok: func(s string) bool {
-				return s == "none" || (checkAbsPath.ok(s) && strings.HasPrefix(s, "/run/") && s != "/run/nvidia" && !strings.Contains(s, "%"))
-			},
-			allowed: "none, or a clean path below /run/ other than /run/nvidia, without spaces, quotes, $ or %, such as /run/nvidia/local-packages",
-		},
+		Help:  "Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
+		check: &checkExposePath,
 		set: func(o *Options, v value) {
 			if v.s != "none" {
 				o.RepoExposePath = v.s
@@ -443,7 +504,7 @@ func (s *Setting) AllowedText() string {
 	if s.check != nil {
 		return s.check.allowed
 	}
-	return "any text"
+	return "any text on one line"
 }
 
 // DefaultText is the default as the docs show it.
@@ -458,10 +519,36 @@ func (s *Setting) DefaultText() string {
 }
 
 // parse validates raw input for the setting; from says where it came from,
-// so the error names it the way the user wrote it.
+// so the error names it the way the user wrote it. Every String value and
+// List element passes inputcheck.Text first, whatever the row's own check:
+// these values reach units, scripts and config files, where a control
+// character starts a line of its own.
 func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 	bad := func(v, allowed string) error {
 		return &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
+	}
+	// refused turns a check's error into a ValueError that says what is
+	// wrong (an inputcheck.Error's problem) and what is allowed.
+	refused := func(v string, err error, allowed string) error {
+		ve := &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
+		var ie *inputcheck.Error
+		if errors.As(err, &ie) {
+			// The row's allowed text is the one the docs show; the
+			// check's own would say less about this setting.
+			ve.Problem = ie.Problem
+		}
+		return ve
+	}
+	check := func(v string) error {
+		if err := inputcheck.Text(v, maxValueBytes); err != nil {
+			return refused(v, err, s.AllowedText())
+		}
+		if s.check != nil {
+			if err := s.check.valid(v); err != nil {
+				return refused(v, err, s.AllowedText())
+			}
+		}
+		return nil
 	}
 	if s.Kind == List {
 		var items []string
@@ -472,9 +559,21 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 		} else if len(raw) > 0 {
 			items = splitList(raw[0])
 		}
+		given := isList || len(raw) > 0
+		if s.nonEmpty && given && len(items) == 0 {
+			return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
+				Problem: "an empty list", Allowed: "one or more " + s.AllowedText() + "; to use the default, leave the setting out"}
+		}
+		if len(items) > maxListItems {
+			return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
+				Problem: fmt.Sprintf("%d items", len(items)), Allowed: fmt.Sprintf("at most %d %s", maxListItems, s.AllowedText())}
+		}
 		for _, it := range items {
-			if it == "" || (s.check != nil && !s.check.ok(it)) {
+			if it == "" {
 				return value{}, bad(it, s.AllowedText())
+			}
+			if err := check(it); err != nil {
+				return value{}, err
 			}
 		}
 		return value{list: items}, nil
@@ -502,23 +601,29 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 	if v == "" && s.Default != "" {
 		return value{}, bad(raw[0], s.AllowedText())
 	}
-	if v != "" && s.check != nil && !s.check.ok(v) {
-		return value{}, bad(raw[0], s.check.allowed)
+	if v != "" {
+		if err := check(v); err != nil {
+			return value{}, err
+		}
 	}
 	return value{s: v}, nil
 }
 
 // ValueError is a rejected setting value. Its message names the setting the
-// way the user wrote it (HCL key, environment variable or flag), the value
-// and what is allowed.
+// way the user wrote it (HCL key, environment variable or flag), the value,
+// what is wrong with it where a check says so, and what is allowed.
 type ValueError struct {
 	Setting *Setting
 	From    Source
 	Value   string
+	Problem string // "" where the allowed text says it all
 	Allowed string
 }
 
 func (e *ValueError) Error() string {
+	if e.Problem != "" {
+		return fmt.Sprintf("%s: invalid value %s: %s; allowed: %s", e.From.Name(e.Setting), Clip(e.Value), e.Problem, e.Allowed)
+	}
 	return fmt.Sprintf("%s: invalid value %s; allowed: %s", e.From.Name(e.Setting), Clip(e.Value), e.Allowed)
 }
 

@@ -65,7 +65,7 @@ func Text(s string, max int) error {
 	}
 	const allowed = "printable text on one line"
 	if len(s) > max {
-		return refuse(fmt.Sprintf("at most %d bytes", max), "%d bytes long", len(s))
+		return refuse(allowed, "%d bytes long, more than the %d allowed", len(s), max)
 	}
 	if !utf8.ValidString(s) {
 		return refuse(allowed+", in UTF-8", "not valid UTF-8")

@@ -42,9 +42,9 @@ func TestText(t *testing.T) {
 		"a\u0085b":                "control character U+0085",
 		"a\u2028b":                "control character U+2028",
 		"a\xffb":                  "not valid UTF-8",
-		strings.Repeat("a", 5000): "at most 4096 bytes",
+		strings.Repeat("a", 5000): "more than the 4096 allowed",
 	})
-	if err := Text("abcdef", 5); err == nil || !strings.Contains(err.Error(), "at most 5 bytes") {
+	if err := Text("abcdef", 5); err == nil || !strings.Contains(err.Error(), "more than the 5 allowed") {
 		t.Errorf("Text with max 5 = %v", err)
 	}
 }
@@ -55,7 +55,7 @@ func TestHostPath(t *testing.T) {
 		"/home/me/my keys/key.pem":      "",
 		"":                              "empty",
 		"a\rb":                          "control character",
-		"/" + strings.Repeat("a", 5000): "at most 4096 bytes",
+		"/" + strings.Repeat("a", 5000): "more than the 4096 allowed",
 	})
 }
 
@@ -76,7 +76,7 @@ func TestImagePath(t *testing.T) {
 		"/opt/a'b":                          `'\''`,
 		"/opt/a`b":                          "'`'",
 		`/opt/a\b`:                          `'\\'`,
-		"/opt/" + strings.Repeat("a", 5000): "at most 1024 bytes",
+		"/opt/" + strings.Repeat("a", 5000): "more than the 1024 allowed",
 	})
 }
 
