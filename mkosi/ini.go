@@ -3,6 +3,7 @@ package mkosi
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // iniValue escapes s for a mkosi configuration file. mkosi's parser cuts a
@@ -26,6 +27,58 @@ func iniItem(s string) (string, error) {
 		return "", fmt.Errorf("list item %q: mkosi lists are separated by whitespace and commas", s)
 	}
 	return iniValue(s)
+}
+
+// pathLists are the list settings the renderer fills with host paths.
+// mkosi reads every path in them through Python's os.path.expandvars,
+// which replaces $NAME and ${NAME} whenever NAME is set in its
+// environment, and BuildSources= splits each item into source and target
+// at the first ':'. mkosi 25 has no escape for either (parse_path,
+// make_tree_parser in mkosi/config.py), so such paths are refused.
+var pathLists = map[string]bool{"BuildSources": true, "ExtraSearchPaths": true}
+
+// CheckPath says whether mkosi reads the host path p in a path list as
+// written: it has no '$', ':', whitespace or control character. ':' is
+// refused in every path list, not only BuildSources=, so one rule serves
+// each host path the tree names. The
+// generator calls it for each setting that names a host path mkosi
+// mounts, so the error can name the setting; the renderer checks the
+// lists again whatever their origin.
+func CheckPath(p string) error {
+	if i := strings.IndexAny(p, "$:"); i >= 0 {
+		what := "expands '$' as an environment variable"
+		if p[i] == ':' {
+			what = "splits a mount into source and target at ':'"
+		}
+		return fmt.Errorf("path %q holds '%c': mkosi %s and has no escape for it; use a path without '$' or ':'", p, p[i], what)
+	}
+	if strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("path %q holds whitespace or a control character, which mkosi strips or splits on; use a path without them", p)
+	}
+	return nil
+}
+
+// pathItem checks one item of a path list. A BuildSources= item is
+// source[:target], where the renderer's targets are plain names: a
+// second ':' can only come from the source.
+func pathItem(key, item string) error {
+	if key != "BuildSources" {
+		return CheckPath(item)
+	}
+	src, tgt, ok := strings.Cut(item, ":")
+	if ok && strings.Contains(tgt, ":") {
+		i := strings.LastIndex(item, ":")
+		src, tgt = item[:i], item[i+1:]
+	}
+	if err := CheckPath(src); err != nil {
+		return err
+	}
+	if ok {
+		if err := CheckPath(tgt); err != nil {
+			return fmt.Errorf("target: %w", err)
+		}
+	}
+	return nil
 }
 
 // section is one [Section] of a mkosi configuration file.
@@ -82,6 +135,9 @@ func (s setter) list(key string, items []string) {
 	out := make([]string, 0, len(items))
 	for _, it := range items {
 		v, err := iniItem(it)
+		if err == nil && pathLists[key] {
+			err = pathItem(key, it)
+		}
 		if err != nil {
 			if *s.err == nil {
 				*s.err = fmt.Errorf("%s=: %w", key, err)
