@@ -22,6 +22,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
 // Source types.
@@ -534,6 +535,8 @@ func (c *Config) prepareOutput(h host, add func(string, ...any)) {
 	// must not hold anything else of value.
 	if out == "/" {
 		add("output_directory: %q is the host's root; use a directory of its own", out)
+	} else if err := checkOutputDir(out, h.getenv("HOME")); err != nil {
+		add("output_directory: %q: %v", out, err)
 	}
 	if wd, err := h.getwd(); err == nil && within(wd, out) {
 		add("output_directory: %q contains the current directory %q, which a failed build would delete; use a directory of its own", out, wd)
@@ -570,6 +573,8 @@ func (c *Config) prepareOutput(h host, add func(string, ...any)) {
 	}
 	if fi, err := os.Stat(tb); err == nil && fi.IsDir() {
 		add("output_tarball: %q is a directory; give a file name", tb)
+	} else if err := checkOutputFile(tb); err != nil {
+		add("output_tarball: %q: %v", tb, err)
 	}
 }
 
@@ -588,10 +593,140 @@ func (c *Config) prepareImage(out string, add func(string, ...any)) {
 	}
 	if fi, err := os.Stat(img); err == nil && fi.IsDir() {
 		add("output_image: %q is a directory; give a file name", img)
-	}
-	if fi, err := os.Stat(filepath.Dir(img)); err == nil && !fi.IsDir() {
+	} else if fi, err := os.Stat(filepath.Dir(img)); err == nil && !fi.IsDir() {
 		add("output_image: %q: %q is not a directory", img, filepath.Dir(img))
+	} else if err := checkOutputFile(img); err != nil {
+		add("output_image: %q: %v", img, err)
 	}
+}
+
+// hostVolatileRoots hold device nodes, kernel interfaces and runtime
+// state. An output there would be staged in a tmpfs or a kernel file
+// system and renamed over what the host uses: with -force, output_image
+// /dev/sda would replace the disk's device node.
+var hostVolatileRoots = []string{"/dev", "/proc", "/sys", "/run", "/var/run", "/var/lock"}
+
+// containerRoots hold the trees of containers and machines that run on
+// the host. -force, and a failed build, kill every process whose root
+// lies below output_directory before removing it: below one of these it
+// would kill the host's containers and delete their trees.
+var containerRoots = []string{
+	"/var/lib/docker", "/var/lib/containers", "/var/lib/containerd", "/var/lib/machines",
+	"/var/lib/lxc", "/var/lib/lxd", "/var/lib/incus", "/var/lib/kubelet", "/var/lib/rancher",
+	"/var/lib/schroot", "/var/snap",
+}
+
+const outputAllowed = "a directory of the build's own, such as /var/lib/podvm/rootfs or /srv/build/rootfs"
+
+// checkOutputDir says why out, a clean absolute path other than /, may not
+// be output_directory, or nil. Both out and the path it resolves to are
+// checked, so a link cannot lead the build's removal into a system
+// directory. home is the user's home directory, or "".
+func checkOutputDir(out, home string) error {
+	if err := inputcheck.HostDir(out); err != nil {
+		return err
+	}
+	real, err := resolveExisting(out)
+	if err != nil {
+		return fmt.Errorf("cannot be resolved: %w", err)
+	}
+	for _, p := range []string{out, real} {
+		what := ""
+		if p != out {
+			what = fmt.Sprintf("resolves to %q, ", p)
+		}
+		if p == "/" {
+			return fmt.Errorf("%sthe host's root; allowed: %s", what, outputAllowed)
+		}
+		if r := belowAny(p, hostVolatileRoots); r != "" {
+			return fmt.Errorf("%sin %s, which holds the host's devices, kernel interfaces or runtime state; allowed: %s", what, r, outputAllowed)
+		}
+		if inputcheck.IsSystemDir(p) {
+			return fmt.Errorf("%sa system directory: a failed build, or -force, removes output_directory and kills every process whose root lies below it; allowed: %s", what, outputAllowed)
+		}
+		if filepath.Dir(p) == "/home" {
+			return fmt.Errorf("%sa user's home directory, which a failed build, or -force, would remove; allowed: %s", what, outputAllowed)
+		}
+		if home != "" && home != "/" && within(filepath.Clean(home), p) {
+			return fmt.Errorf("%sthe home directory %s or above it, which a failed build, or -force, would remove; allowed: %s", what, home, outputAllowed)
+		}
+		for _, c := range containerRoots {
+			if within(p, c) || within(c, p) {
+				return fmt.Errorf("%sin %s, where the host's containers live: a failed build, or -force, kills every process whose root lies below output_directory; allowed: %s", what, c, outputAllowed)
+			}
+		}
+	}
+	return nil
+}
+
+// checkOutputFile says why file, a clean absolute path, may not be an
+// output file, or nil. The file is staged beside its final name and
+// renamed over it, so neither the file nor its directory may be in
+// /dev, /proc, /sys or /run, also by way of a link; and a file that
+// exists must be a regular one, never a device or a pipe.
+func checkOutputFile(file string) error {
+	const allowed = "a regular file, or a new name, outside " + "/dev, /proc, /sys and /run"
+	if err := inputcheck.HostPath(file); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(file); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("an existing %s; allowed: %s", fileKind(fi.Mode()), allowed)
+	}
+	realDir, err := resolveExisting(filepath.Dir(file))
+	if err != nil {
+		return fmt.Errorf("cannot be resolved: %w", err)
+	}
+	for _, p := range []string{file, filepath.Join(realDir, filepath.Base(file))} {
+		if r := belowAny(p, hostVolatileRoots); r != "" {
+			return fmt.Errorf("in %s, which holds the host's devices, kernel interfaces or runtime state; allowed: %s", r, allowed)
+		}
+	}
+	return nil
+}
+
+// resolveExisting resolves the links of the longest existing ancestor of
+// p (p itself included) and appends the rest: where p lies, or would lie
+// once created.
+func resolveExisting(p string) (string, error) {
+	rest := ""
+	for cur := p; ; cur = filepath.Dir(cur) {
+		if _, err := os.Lstat(cur); err == nil {
+			real, err := filepath.EvalSymlinks(cur)
+			if err != nil {
+				return "", err
+			}
+			return filepath.Join(real, rest), nil
+		}
+		if cur == "/" {
+			return p, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+	}
+}
+
+func belowAny(p string, roots []string) string {
+	for _, r := range roots {
+		if within(p, r) {
+			return r
+		}
+	}
+	return ""
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m.IsDir():
+		return "directory"
+	}
+	return "file that is not a regular file"
 }
 
 // checkNames validates a list setting: each entry must match re, and no

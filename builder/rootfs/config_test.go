@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"golang.org/x/sys/unix"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 )
@@ -500,6 +501,87 @@ func TestPrepareCacheDirTrust(t *testing.T) {
 				t.Fatalf("accepted; want an error with %q", tt.want)
 			}
 			for _, w := range []string{`cache_dir: "` + tt.cache + `"`, tt.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// The outputs are replaced with -force and staged beside their final
+// name; output_directory is removed on failure and with -force, after
+// killing every process whose root lies below it. None of them may be a
+// device, a kernel or runtime file system, or a system directory.
+func TestPrepareRefusesSystemOutputs(t *testing.T) {
+	chroottest.RequireRoot(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.raw")
+	must(t, unix.Mkfifo(fifo, 0o600))
+	devLink := filepath.Join(dir, "sda.raw")
+	must(t, os.Symlink("/dev/null", devLink))
+	devDir := filepath.Join(dir, "devdir")
+	must(t, os.Symlink("/dev", devDir))
+	rootLink := filepath.Join(dir, "root")
+	must(t, os.Symlink("/", rootLink))
+	must(t, os.WriteFile(filepath.Join(dir, "fifo.txt"), nil, 0o644))
+	must(t, unix.Mkfifo(fifo+".tar.zst", 0o600))
+	disk := func(image string) map[string]interface{} {
+		return map[string]interface{}{"suite": "trixie", "format": "raw", "output_directory": filepath.Join(dir, "out"), "output_image": image}
+	}
+	tarball := func(tb string) map[string]interface{} {
+		return map[string]interface{}{"suite": "trixie", "output_directory": filepath.Join(dir, "out"), "output_tarball": tb}
+	}
+	outDir := func(out string) map[string]interface{} {
+		return map[string]interface{}{"suite": "trixie", "output_directory": out}
+	}
+	tests := []struct {
+		name string
+		raw  map[string]interface{}
+		want []string // "" when accepted
+	}{
+		{"image in a new directory", disk(filepath.Join(dir, "new", "disk.raw")), nil},
+		{"image over a regular file", disk(filepath.Join(dir, "fifo.txt")), nil},
+		{"image a block device", disk("/dev/sda"), []string{`output_image: "/dev/sda"`, "in /dev"}},
+		{"image below /dev", disk("/dev/shm/disk.raw"), []string{`output_image: "/dev/shm/disk.raw"`, "in /dev"}},
+		{"image below /proc", disk("/proc/self/cwd/disk.raw"), []string{`output_image: "/proc/self/cwd/disk.raw"`, "in /proc"}},
+		{"image below /sys", disk("/sys/disk.raw"), []string{`output_image: "/sys/disk.raw"`, "in /sys"}},
+		{"image below /run", disk("/run/disk.raw"), []string{`output_image: "/run/disk.raw"`, "in /run"}},
+		{"image a link to a device", disk(devLink), []string{`output_image: "` + devLink + `"`, "character device"}},
+		{"image a FIFO", disk(fifo), []string{`output_image: "` + fifo + `"`, "named pipe"}},
+		{"image through a link to /dev", disk(filepath.Join(devDir, "sda")), []string{`output_image: "` + filepath.Join(devDir, "sda") + `"`, "in /dev"}},
+		{"tarball in /dev", tarball("/dev/null.tar.zst"), []string{`output_tarball: "/dev/null.tar.zst"`, "in /dev"}},
+		{"tarball in /run", tarball("/run/x.tar.zst"), []string{`output_tarball: "/run/x.tar.zst"`, "in /run"}},
+		{"tarball a FIFO", tarball(fifo + ".tar.zst"), []string{`output_tarball: "` + fifo + `.tar.zst"`, "named pipe"}},
+		{"directory below /dev", outDir("/dev/shm/out"), []string{`output_directory: "/dev/shm/out"`, "in /dev"}},
+		{"directory below /proc", outDir("/proc/out"), []string{`output_directory: "/proc/out"`, "in /proc"}},
+		{"directory below /run", outDir("/run/out"), []string{`output_directory: "/run/out"`, "in /run"}},
+		{"directory /var/lib", outDir("/var/lib"), []string{`output_directory: "/var/lib": a system directory`}},
+		{"directory /var", outDir("/var"), []string{`output_directory: "/var": a system directory`}},
+		{"directory /usr", outDir("/usr"), []string{`output_directory: "/usr": a system directory`}},
+		{"directory /etc", outDir("/etc"), []string{`output_directory: "/etc": a system directory`}},
+		{"directory /home", outDir("/home"), []string{`output_directory: "/home": a system directory`}},
+		{"directory a home", outDir("/home/alice"), []string{`output_directory: "/home/alice": a user's home directory`}},
+		{"directory containers' state", outDir("/var/lib/machines/web"), []string{`output_directory: "/var/lib/machines/web": in /var/lib/machines`, "containers"}},
+		{"directory docker", outDir("/var/lib/docker"), []string{`output_directory: "/var/lib/docker"`}},
+		{"directory a link to /", outDir(rootLink), []string{`output_directory: "` + rootLink + `": resolves to "/", the host's root`}},
+		{"directory through a link to /", outDir(filepath.Join(rootLink, "var")), []string{`resolves to "/var", a system directory`}},
+		{"directory dedicated below /var/lib", outDir("/var/lib/podvm-test-out"), nil},
+		{"directory dedicated", outDir(filepath.Join(dir, "rootfs")), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := prepare(t, fakeHost(), tt.raw)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error with %q", tt.want)
+			}
+			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
 				}
