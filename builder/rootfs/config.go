@@ -498,6 +498,9 @@ func (c *Config) prepareFormat(add func(string, ...any)) {
 	n, err := parseDiskSize(c.DiskSize)
 	if err != nil {
 		add("disk_size: %q %v", c.DiskSize, err)
+	} else if n != 0 && n < minDiskSize {
+		add("disk_size: %q is below the minimum of %dM (an EFI system partition of %dM, %dM for the partition tables and at least %dM of root file system); use \"auto\" or at least %dM",
+			c.DiskSize, minDiskSize/mib, espSize/mib, 2*mib/mib, gib/mib, minDiskSize/mib)
 	}
 	c.diskBytes = n
 	if c.KernelCmdline == "" {

@@ -589,3 +589,37 @@ func TestPrepareRefusesSystemOutputs(t *testing.T) {
 		})
 	}
 }
+
+// A disk smaller than the ESP, the GPTs and the root's headroom for the
+// smallest tree fails only at the disk step, after the whole build.
+func TestPrepareDiskSizeMinimum(t *testing.T) {
+	tests := []struct {
+		size string
+		ok   bool
+	}{
+		{"1M", false}, {"64M", false}, {"1G", false}, {"1281M", false},
+		{"1282M", true}, {"2G", true}, {"auto", true}, {"", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.size, func(t *testing.T) {
+			_, err := prepare(t, fakeHost(), map[string]interface{}{"suite": "trixie", "format": "qcow2", "disk_size": tt.size})
+			if tt.ok {
+				if err != nil {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			want := `disk_size: "` + tt.size + `" is below the minimum of 1282M`
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v; want %q", err, want)
+			}
+		})
+	}
+	// The minimum is what newLayout accepts for an empty tree.
+	if _, err := newLayout(minDiskSize, 0, espSize, "amd64", "u"); err != nil {
+		t.Errorf("newLayout refuses the minimum: %v", err)
+	}
+	if _, err := newLayout(minDiskSize-mib, 0, espSize, "amd64", "u"); err == nil {
+		t.Error("newLayout accepts less than the minimum")
+	}
+}

@@ -40,6 +40,10 @@ const (
 	gib = int64(1) << 30
 	// espSize holds systemd-boot and a few kernels with their initramfs.
 	espSize = 256 * mib
+	// minDiskSize is the smallest disk newLayout accepts: the smallest
+	// ESP, both GPT copies with their alignment, and the root's headroom
+	// for an empty tree. A real tree needs more; Prepare refuses less.
+	minDiskSize = espSize + 2*mib + gib
 	// rootLabel is the root file system's label; the boot entry finds the
 	// root by PARTUUID, the label is for people.
 	rootLabel = "podvm-root"
