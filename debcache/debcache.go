@@ -9,6 +9,12 @@
 // which is why nothing goes there unverified. Files are written to a
 // temporary name and renamed into place and never changed after that, so
 // builds running at the same time share the store without locks.
+//
+// Everything apt in the image reports (file names, sizes, versions,
+// hashes) is the image's word and may be hostile: each is checked before
+// it becomes part of a host path, files in the image are reached relative
+// to its archive directory without following links, and the store obeys
+// the build cache's trust rules (package cachedir).
 package debcache
 
 import (
@@ -27,6 +33,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 )
 
 // layout names the on-disk format; a new one starts an empty directory.
@@ -37,18 +47,39 @@ const (
 	staleTmp  = time.Hour
 )
 
+// maxDeb bounds one package: the largest in Debian's archive are a few
+// hundred MiB, so a size above this from the image is a lie.
+const maxDeb = 8 << 30
+
 // Store is a directory of .deb files named <sha256>.deb.
 type Store struct {
 	Dir string
 	// MaxSize bounds the files' total size; the least recently used go
 	// first. 0: no bound.
 	MaxSize int64
+	// root is the build cache directory Dir is below: every level from
+	// it down is checked (cachedir.OpenDir) before the store is used.
+	root string
 }
 
 // New returns the store below root, the build cache directory
-// (modcache.Root).
+// (cachedir.Root).
 func New(root string, maxSize int64) *Store {
-	return &Store{Dir: filepath.Join(root, "debs", layout), MaxSize: maxSize}
+	return &Store{Dir: filepath.Join(root, "debs", layout), MaxSize: maxSize, root: root}
+}
+
+// open opens the store's directory after checking every level from the
+// cache root down; with create, missing levels are made.
+func (s *Store) open(create bool) (*os.File, error) {
+	root := s.root
+	if root == "" {
+		root = s.Dir
+	}
+	d, err := cachedir.OpenDir(root, s.Dir, create)
+	if err != nil {
+		return nil, fmt.Errorf("deb cache: %w", err)
+	}
+	return d, nil
 }
 
 // Want is one file apt is about to download, as apt-get --print-uris
@@ -63,6 +94,49 @@ type Want struct {
 }
 
 var printURIRe = regexp.MustCompile(`^'([^']+)' (\S+) ([0-9]+) ?(.*)$`)
+
+// Everything a Want holds comes from apt in the image, which may be
+// hostile: these say what a real apt prints. The file name is
+// <name>_<version>_<arch>.deb with the version's ':' written %3a; names
+// and versions use the characters Debian policy 5.6.1 and 5.6.12 allow
+// (a one-character name is let through: it names nothing outside).
+var (
+	debFileRe = regexp.MustCompile(`^([a-z0-9][a-z0-9+.-]*)_([0-9A-Za-z][0-9A-Za-z.+~%-]*)_([a-z0-9-]+)\.deb$`)
+	versionRe = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+~:-]*$`)
+)
+
+// maxFileName is the longest file name most Linux file systems take.
+const maxFileName = 255
+
+// validSHA256 reports whether s is a SHA256 as hex.EncodeToString writes
+// it: 64 lower-case hex digits, so "<s>.deb" names a file in the store and
+// nothing else.
+func validSHA256(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// check says why w, read from the image, may not be stored or placed, or
+// nil: its file name becomes a name in apt's archive directory, its hash
+// a name in the store, and its size bounds what is copied.
+func (w Want) check() error {
+	switch {
+	case len(w.File) > maxFileName || !debFileRe.MatchString(w.File):
+		return fmt.Errorf("file name %q is not a package file name", w.File)
+	case !validSHA256(w.SHA256):
+		return fmt.Errorf("%s: %q is not a SHA256", w.File, w.SHA256)
+	case w.Size <= 0 || w.Size > maxDeb:
+		return fmt.Errorf("%s: size %d out of range", w.File, w.Size)
+	}
+	return nil
+}
 
 // ParsePrintURIs reads apt-get -qq --print-uris output. apt prints at most
 // an MD5 sum there, so the SHA256 comes from the index (ShowArgs,
@@ -79,15 +153,21 @@ func ParsePrintURIs(out string) ([]Want, error) {
 		if m == nil {
 			return nil, fmt.Errorf("apt-get --print-uris: unexpected line %q", line)
 		}
-		if !strings.HasSuffix(m[2], ".deb") || strings.ContainsAny(m[2], "/\x00") {
+		// A file this cannot cache (not a package file name, a size out
+		// of range) is left to apt, which downloads and checks it.
+		f := debFileRe.FindStringSubmatch(m[2])
+		if f == nil {
 			continue
 		}
-		parts := strings.Split(strings.TrimSuffix(m[2], ".deb"), "_")
-		if len(parts) != 3 {
+		size, err := strconv.ParseInt(m[3], 10, 64)
+		if err != nil {
 			continue
 		}
-		size, _ := strconv.ParseInt(m[3], 10, 64)
-		ws = append(ws, Want{URI: m[1], File: m[2], Size: size, Name: parts[0], Version: strings.ReplaceAll(parts[1], "%3a", ":")})
+		w := Want{URI: m[1], File: m[2], Size: size, Name: f[1], Version: strings.ReplaceAll(f[2], "%3a", ":")}
+		if len(w.File) > maxFileName || size <= 0 || size > maxDeb || !versionRe.MatchString(w.Version) {
+			continue
+		}
+		ws = append(ws, w)
 	}
 	return ws, sc.Err()
 }
@@ -122,10 +202,13 @@ func AddHashes(ws []Want, show string) []Want {
 			case "Size":
 				r.size = v
 			case "SHA256":
-				r.sha = strings.ToLower(v)
+				// apt prints lower case; any case is the same hash.
+				r.sha = strings.ToLower(strings.TrimSpace(v))
 			}
 		}
-		if r.file != "" && len(r.sha) == 64 {
+		// The hash names a file in the store: anything but a SHA256
+		// (such as "../../victim") leaves the package uncached.
+		if r.file != "" && validSHA256(r.sha) {
 			recs = append(recs, r)
 		}
 	}
@@ -144,16 +227,45 @@ func AddHashes(ws []Want, show string) []Want {
 
 func (s *Store) path(sum string) string { return filepath.Join(s.Dir, sum+".deb") }
 
+// openImageDir opens dir, apt's archive directory in the image, resolved
+// on this host. Files in it are then reached relative to the descriptor,
+// without following links, so code in the image that moves things around
+// cannot turn a name into a host path.
+func openImageDir(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("deb cache: apt's archive directory: %w", &fs.PathError{Op: "open", Path: dir, Err: err})
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
 // Seed places every wanted file the store holds in dir, apt's archive
 // directory, after checking its hash; a stored file that fails the check
-// is removed. It returns how many files and bytes it placed.
+// is removed. It returns how many files and bytes it placed. Wants that
+// fail their checks are skipped.
 func (s *Store) Seed(wants []Want, dir string) (n int, bytes int64, err error) {
+	top, err := s.open(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer top.Close()
+	img, err := openImageDir(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer img.Close()
 	for _, w := range wants {
-		dst := filepath.Join(dir, w.File)
-		if _, err := os.Lstat(dst); err == nil {
+		if w.check() != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(int(img.Fd()), w.File, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 			continue // apt has it already
 		}
-		ok, err := s.place(w, dst)
+		ok, err := s.place(top, img, w)
 		if err != nil {
 			return n, bytes, err
 		}
@@ -165,65 +277,102 @@ func (s *Store) Seed(wants []Want, dir string) (n int, bytes int64, err error) {
 	return n, bytes, nil
 }
 
-// place copies the stored file of w to dst, verified as it is copied.
-func (s *Store) place(w Want, dst string) (bool, error) {
-	src, err := os.Open(s.path(w.SHA256))
+// place copies the stored file of w from top, the store's directory, to
+// img, apt's archive directory, verified as it is copied.
+func (s *Store) place(top, img *os.File, w Want) (bool, error) {
+	name := w.SHA256 + ".deb"
+	src, err := cachedir.OpenFileAt(top, name, maxDeb)
 	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if errors.Is(err, cachedir.ErrUntrusted) {
+		// A link, a FIFO or a file another user may write: gone from the
+		// store (a link is removed, never its target), and apt downloads.
+		_ = unix.Unlinkat(int(top.Fd()), name, 0)
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("deb cache: %w", err)
 	}
 	defer src.Close()
-	// dir is the image's: O_EXCL, so a link planted there is never
-	// followed out of the tree (Remove drops a link, not its target).
-	tmp := dst + ".podvm-partial"
-	os.Remove(tmp)
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	// img is the image's: O_EXCL|O_NOFOLLOW, so a link planted there is
+	// never followed out of the tree (unlink drops a link, not its
+	// target).
+	tmp := w.File + ".podvm-partial"
+	_ = unix.Unlinkat(int(img.Fd()), tmp, 0)
+	fd, err := unix.Openat(int(img.Fd()), tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return false, fmt.Errorf("deb cache: %w", err)
+		return false, fmt.Errorf("deb cache: %w", &fs.PathError{Op: "create", Path: filepath.Join(img.Name(), tmp), Err: err})
 	}
+	out := os.NewFile(uintptr(fd), filepath.Join(img.Name(), tmp))
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), src)
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(src, w.Size+1))
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = unix.Unlinkat(int(img.Fd()), tmp, 0)
 		return false, fmt.Errorf("deb cache: copying %s: %w", w.File, err)
 	}
 	if hex.EncodeToString(h.Sum(nil)) != w.SHA256 || n != w.Size {
-		// Damaged: gone from the store, and apt downloads it.
-		os.Remove(tmp)
-		os.Remove(src.Name())
+		// Damaged: gone from the store, unless another build has put a
+		// good one there since, and apt downloads it.
+		_ = unix.Unlinkat(int(img.Fd()), tmp, 0)
+		if fi, err := src.Stat(); err == nil && sameAt(top, name, fi) {
+			_ = unix.Unlinkat(int(top.Fd()), name, 0)
+		}
 		return false, nil
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return false, fmt.Errorf("deb cache: %w", err)
+	if err := unix.Renameat(int(img.Fd()), tmp, int(img.Fd()), w.File); err != nil {
+		_ = unix.Unlinkat(int(img.Fd()), tmp, 0)
+		return false, fmt.Errorf("deb cache: %w", &fs.PathError{Op: "rename", Path: filepath.Join(img.Name(), w.File), Err: err})
 	}
-	now := time.Now()
-	_ = os.Chtimes(src.Name(), now, now) // its last use, for the size bound
+	// Its last use, for the size bound.
+	now := unix.NsecToTimespec(time.Now().UnixNano())
+	_ = unix.UtimesNanoAt(int(top.Fd()), name, []unix.Timespec{now, now}, unix.AT_SYMLINK_NOFOLLOW)
 	return true, nil
 }
 
-// Collect keeps the wanted files apt left in dir that the store lacks,
-// each checked against its hash. It returns how many it added.
-func (s *Store) Collect(wants []Want, dir string) (int, error) {
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return 0, fmt.Errorf("deb cache: %w", err)
+// sameAt reports whether name in d is still the file fi describes.
+func sameAt(d *os.File, name string, fi fs.FileInfo) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
 	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(sys.Dev) == uint64(st.Dev) && sys.Ino == st.Ino
+}
+
+// Collect keeps the wanted files apt left in dir that the store lacks,
+// each checked against its hash. It returns how many it added. Wants
+// that fail their checks, and files in dir that are not regular or not
+// of the wanted size, are skipped.
+func (s *Store) Collect(wants []Want, dir string) (int, error) {
+	top, err := s.open(true)
+	if err != nil {
+		return 0, err
+	}
+	defer top.Close()
+	img, err := openImageDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer img.Close()
 	n := 0
 	for _, w := range wants {
-		if _, err := os.Stat(s.path(w.SHA256)); err == nil {
+		if w.check() != nil {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, w.File), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
-			continue // apt removed it or never needed it, or a link
+		var st unix.Stat_t
+		if unix.Fstatat(int(top.Fd()), w.SHA256+".deb", &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			continue
 		}
+		f, err := openDownload(img, w)
 		if err != nil {
-			return n, fmt.Errorf("deb cache: %w", err)
+			return n, err
+		}
+		if f == nil {
+			continue
 		}
 		added, err := s.put(w, f)
 		f.Close()
@@ -237,6 +386,33 @@ func (s *Store) Collect(wants []Want, dir string) (int, error) {
 	return n, s.Prune()
 }
 
+// openDownload opens w's file in img, apt's archive directory, or returns
+// nil when there is no regular file of w's size there: apt removed it or
+// never needed it, or the image put a link, a FIFO or a device there.
+// O_NONBLOCK keeps a FIFO from waiting for a writer.
+func openDownload(img *os.File, w Want) (*os.File, error) {
+	fd, err := unix.Openat(int(img.Fd()), w.File, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deb cache: %w", &fs.PathError{Op: "open", Path: filepath.Join(img.Name(), w.File), Err: err})
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != w.Size {
+		unix.Close(fd)
+		return nil, nil
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("deb cache: %w", err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(img.Name(), w.File)), nil
+}
+
+// put stores what r holds as w's file if it is what the index promised.
+// The store's levels were checked by the caller, and w.SHA256 is a
+// checked hash, so the names below are the store's own.
 func (s *Store) put(w Want, r io.Reader) (bool, error) {
 	tmp, err := os.CreateTemp(s.Dir, tmpPrefix)
 	if err != nil {
@@ -244,7 +420,7 @@ func (s *Store) put(w Want, r io.Reader) (bool, error) {
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), r)
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, w.Size+1))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -264,12 +440,18 @@ func (s *Store) put(w Want, r io.Reader) (bool, error) {
 }
 
 // Prune removes the least recently used files until the rest fit in
-// MaxSize, and temporary files that killed builds left behind.
+// MaxSize, and temporary files that killed builds left behind. It
+// removes only the store's own names, relative to its checked directory.
 func (s *Store) Prune() error {
-	des, err := os.ReadDir(s.Dir)
+	top, err := s.open(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	des, err := top.ReadDir(-1)
 	if err != nil {
 		return fmt.Errorf("deb cache: %w", err)
 	}
@@ -281,16 +463,19 @@ func (s *Store) Prune() error {
 	var files []file
 	for _, de := range des {
 		fi, err := de.Info()
-		if err != nil {
+		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if strings.HasPrefix(de.Name(), tmpPrefix) {
+		name := de.Name()
+		if strings.HasPrefix(name, tmpPrefix) {
 			if time.Since(fi.ModTime()) > staleTmp {
-				os.Remove(filepath.Join(s.Dir, de.Name()))
+				_ = unix.Unlinkat(int(top.Fd()), name, 0)
 			}
 			continue
 		}
-		files = append(files, file{de.Name(), fi.Size(), fi.ModTime()})
+		if sum, ok := strings.CutSuffix(name, ".deb"); ok && validSHA256(sum) {
+			files = append(files, file{name, fi.Size(), fi.ModTime()})
+		}
 	}
 	if s.MaxSize <= 0 {
 		return nil
@@ -300,7 +485,7 @@ func (s *Store) Prune() error {
 	for _, f := range files {
 		total += f.size
 		if total > s.MaxSize {
-			os.Remove(filepath.Join(s.Dir, f.name))
+			_ = unix.Unlinkat(int(top.Fd()), f.name, 0)
 		}
 	}
 	return nil
