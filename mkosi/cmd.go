@@ -95,8 +95,26 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if *bin != "" && !filepath.IsAbs(*bin) {
-		fmt.Fprintf(stderr, "mkosi: --podvm-bin %q is relative; mkosi runs it from its own working directory, so give an absolute path\n", *bin)
+	binFrom := "--podvm-bin"
+	if *bin == "" {
+		*bin, binFrom = os.Getenv("PODVM_BIN"), "PODVM_BIN"
+	}
+	if *bin == "" {
+		// This very program: it exists, but mkosi may not read its path.
+		if *bin, err = os.Executable(); err != nil {
+			fmt.Fprintln(stderr, "mkosi: locate this binary (pass --podvm-bin):", err)
+			return 1
+		}
+		binFrom = "this binary's path"
+	}
+	if err := checkBin(*bin); err != nil {
+		fmt.Fprintf(stderr, "mkosi: %s %v\n", binFrom, err)
+		return 2
+	}
+	if errs := checkHostPaths(res.Options); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, "mkosi:", e)
+		}
 		return 2
 	}
 	if errs := bake.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
@@ -115,15 +133,6 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 1
-	}
-	if *bin == "" {
-		*bin = os.Getenv("PODVM_BIN")
-	}
-	if *bin == "" {
-		if *bin, err = os.Executable(); err != nil {
-			fmt.Fprintln(stderr, "mkosi: locate this binary (pass --podvm-bin):", err)
-			return 1
-		}
 	}
 	files, err := Render(ctx, Config{Plan: plan, Bin: *bin})
 	if err != nil {
@@ -146,6 +155,59 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "build with: mkosi -C %s build   (profile %s selected; --profile= builds without the GPU stack)\n", *out, Profile)
 	}
 	return 0
+}
+
+// checkBin says whether bin can be what the tree's scripts run on the
+// build host: an absolute path (mkosi runs it from its own working
+// directory) of an executable regular file, in a directory mkosi reads
+// as written (ExtraSearchPaths=). Checked here, not when the build first
+// calls it minutes later.
+func checkBin(bin string) error {
+	if !filepath.IsAbs(bin) {
+		return fmt.Errorf("%q is relative; mkosi runs it from its own working directory, so give an absolute path", bin)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return fmt.Errorf("%q cannot be run: %w", bin, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%q is not a regular file; give the packer-plugin-podvm binary", bin)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%q is not executable (mode %v); give the packer-plugin-podvm binary", bin, fi.Mode().Perm())
+	}
+	if err := CheckPath(filepath.Dir(bin)); err != nil {
+		return fmt.Errorf("%q: its directory: %w", bin, err)
+	}
+	return nil
+}
+
+// checkHostPaths checks the settings that name host paths the tree has
+// mkosi mount (BuildSources=), so that a path mkosi would misread is
+// reported under its setting's name before anything is fetched or
+// written.
+func checkHostPaths(o gpustack.Options) []error {
+	var errs []error
+	check := func(key, p string) {
+		if p == "" {
+			return
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if err := CheckPath(p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+		}
+	}
+	if o.BuildCache != "no" {
+		check("build_cache_dir", o.CacheDir)
+	}
+	if o.ModuleSigning == "key" {
+		check("nvidia_module_signing_key", o.ModuleKey)
+		check("nvidia_module_signing_cert", o.ModuleCert)
+	}
+	check("local_repo_signing_key", o.SigningKey)
+	return errs
 }
 
 // mkosiMirrors settles the archive and security mirrors of the tree by
@@ -274,8 +336,8 @@ func runCheckKeys(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseFlags parses a subcommand's flags. On a bad flag it says what was
-// wrong and where the flags are listed (pflag's ContinueOnError prints
-// nothing); arguments beyond the flags are refused unless allowArgs. It
+// wrong and prints the usage with the flags (pflag's ContinueOnError
+// prints nothing); arguments beyond the flags are refused unless allowArgs. It
 // returns ok=false with the exit code when the command must stop.
 func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool, stderr io.Writer) (code int, ok bool) {
 	fs.SetOutput(stderr)
@@ -283,7 +345,13 @@ func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool, stderr io.Writ
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0, false
 		}
-		fmt.Fprintf(stderr, "%s: %v\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), err, fs.Name())
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		if fs.Usage != nil {
+			fs.Usage()
+		} else {
+			fmt.Fprintf(stderr, "Usage of packer-plugin-podvm %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
 		return 2, false
 	}
 	if !allowArgs && fs.NArg() > 0 {

@@ -26,8 +26,8 @@ func runModules(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	kernels := fs.String("kernels", "", "the targeted kernels, space separated")
 	cache := fs.String("cache", "", "the module cache directory (none: build every module)")
 	maxSize := fs.Int64("cache-max-size", 0, "bound of the module cache in bytes (0: none)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+		return code
 	}
 	ks := strings.Fields(*kernels)
 	if *root == "" || len(ks) == 0 {
