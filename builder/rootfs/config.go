@@ -92,15 +92,23 @@ type Config struct {
 	Upgrade config.Trilean `mapstructure:"upgrade"`
 
 	// Where bootstrapped base trees are cached as tarballs, keyed by suite,
-	// variant, components, include, arch, mirror and the UTC day. Defaults to
+	// variant, components, include, arch, mirror and the UTC day, each with
+	// its SHA256 beside it (`<tarball>.sha256`); an entry whose SHA256 does
+	// not match, or that has none, is removed and bootstrapped afresh. The
+	// directory must be owned by root or the user running the build and
+	// writable by nobody else, and not be a symbolic link. Defaults to
 	// $PODVM_CACHE/rootfs, else /var/cache/podvm-rootfs.
 	CacheDir string `mapstructure:"cache_dir"`
 	// Always run debootstrap and leave the cache alone.
 	SkipCache bool `mapstructure:"skip_cache"`
 
 	// The directory the root filesystem is built in and left in. It must not
-	// exist or be empty, unless packer runs with -force. Defaults to
-	// `output-<build name>`.
+	// exist or be empty, unless packer runs with -force. A failed build, and
+	// -force, remove it after killing every process whose root lies below
+	// it, so it must be a directory of the build's own: not a system
+	// directory (/, /usr, /var, /var/lib, /etc, /home, ...), a home, a
+	// directory of containers' state or anything in /dev, /proc, /sys or
+	// /run. Defaults to `output-<build name>`.
 	OutputDirectory string `mapstructure:"output_directory"`
 	// Also pack the finished tree into this tarball: .tar.zst or .tar.gz.
 	// Defaults to `<output_directory>.tar.zst` with format `tar`.
@@ -115,12 +123,14 @@ type Config struct {
 	// The disk is made in user space (sfdisk, mkfs.ext4 -d, mtools,
 	// qemu-img): no loop device and no mount.
 	Format string `mapstructure:"format"`
-	// The disk image to write with a disk format. Defaults to
+	// The disk image to write with a disk format: a regular file or a new
+	// name, outside /dev, /proc, /sys and /run. Defaults to
 	// `<output_directory>.<raw|qcow2|vhd>`.
 	OutputImage string `mapstructure:"output_image"`
 	// The disk's virtual size with a disk format: `auto` (the default: the
 	// tree plus a quarter and 1 GiB, in steps of 256 MiB) or a whole
-	// number of MiB or GiB such as `3072M` or `8G`.
+	// number of MiB or GiB such as `3072M` or `8G`, at least `1282M` (the
+	// EFI system partition, the partition tables and 1 GiB of root).
 	DiskSize string `mapstructure:"disk_size"`
 	// Kernel command line of the disk's boot entries, after
 	// `root=PARTUUID=<root> rw`. Defaults to a console on the screen and
@@ -240,8 +250,19 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 	}
 	// Defaults come after Decode: with HCL2 input Decode zeroes the struct.
 	var errs *packersdk.MultiError
-	add := func(format string, a ...any) {
+	appendErr := func(format string, a ...any) {
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf(format, a...))
+	}
+	// Control characters and lengths come first, as the values were given.
+	// A setting refused there is not judged again below: every later
+	// check would only repeat the complaint in other words.
+	refused := c.checkText(appendErr)
+	add := func(format string, a ...any) {
+		err := fmt.Errorf(format, a...)
+		if key, _, ok := strings.Cut(err.Error(), ":"); ok && refused[key] {
+			return
+		}
+		errs = packersdk.MultiErrorAppend(errs, err)
 	}
 
 	if c.SourceType == "" {
@@ -268,6 +289,92 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 		return errs
 	}
 	return nil
+}
+
+// Caps on the builder's strings. Suite, variant, architecture and format
+// names are a few bytes; a component or package name is short; a URL may
+// be long but not beyond what a proxy or a log line takes. The kernel
+// takes a command line of at most 2047 bytes on amd64 and arm64
+// (COMMAND_LINE_SIZE), of which the builder's "root=PARTUUID=<uuid> rw "
+// takes 54.
+const (
+	maxName       = 64
+	maxPackage    = 128
+	maxURL        = 2048
+	maxCmdline    = 2047 - len("root=PARTUUID=00000000-0000-0000-0000-000000000000 rw ")
+	maxComponents = 64
+	maxInclude    = 1000
+)
+
+// checkText refuses control characters and absurd lengths in every string
+// setting, with inputcheck's rules, through add; it returns the settings
+// it refused.
+func (c *Config) checkText(add func(string, ...any)) map[string]bool {
+	refused := map[string]bool{}
+	check := func(key, v string, err error) {
+		if err != nil {
+			add("%s: %s: %v", key, quoteShort(v), err)
+			refused[key] = true
+		}
+	}
+	for _, s := range []struct {
+		key, v string
+		max    int
+	}{
+		{"source_type", c.SourceType, maxName},
+		{"suite", c.Suite, maxName},
+		{"variant", c.Variant, maxName},
+		{"arch", c.Arch, maxName},
+		{"format", c.Format, maxName},
+		{"disk_size", c.DiskSize, maxName},
+		{"mirror", c.Mirror, maxURL},
+		{"security_mirror", c.SecurityMirror, maxURL},
+		{"kernel_cmdline", c.KernelCmdline, maxCmdline},
+	} {
+		if s.v != "" {
+			check(s.key, s.v, inputcheck.Text(s.v, s.max))
+		}
+	}
+	for _, s := range []struct{ key, v string }{
+		{"source_path", c.SourcePath},
+		{"keyring", c.Keyring},
+		{"cache_dir", c.CacheDir},
+		{"output_directory", c.OutputDirectory},
+		{"output_tarball", c.OutputTarball},
+		{"output_image", c.OutputImage},
+	} {
+		if s.v != "" {
+			check(s.key, s.v, inputcheck.HostPath(s.v))
+		}
+	}
+	for _, l := range []struct {
+		key         string
+		v           []string
+		max, maxLen int
+	}{
+		{"components", c.Components, maxComponents, maxName},
+		{"include", c.Include, maxInclude, maxPackage},
+	} {
+		if len(l.v) > l.max {
+			add("%s: %d entries, more than the %d allowed", l.key, len(l.v), l.max)
+			refused[l.key] = true
+			continue
+		}
+		for _, v := range l.v {
+			check(l.key, v, inputcheck.Text(v, l.maxLen))
+		}
+	}
+	return refused
+}
+
+// quoteShort quotes v for a message, cut short when it is long: an error
+// must not repeat a value of many kilobytes.
+func quoteShort(v string) string {
+	const show = 64
+	if len(v) <= show+16 {
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:show], len(v))
 }
 
 func (c *Config) prepareDebootstrap(h host, add func(string, ...any)) {
@@ -429,6 +536,10 @@ func (c *Config) isSet(key string) bool {
 func (c *Config) prepareCache(h host, add func(string, ...any)) {
 	if c.CacheDir == "" {
 		if env := h.getenv("PODVM_CACHE"); env != "" {
+			if err := inputcheck.HostPath(env); err != nil {
+				add("cache_dir: PODVM_CACHE=%s: %v", quoteShort(env), err)
+				return
+			}
 			c.CacheDir = filepath.Join(env, "rootfs")
 		} else {
 			c.CacheDir = defaultCacheDir
@@ -506,10 +617,9 @@ func (c *Config) prepareFormat(add func(string, ...any)) {
 	if c.KernelCmdline == "" {
 		c.KernelCmdline = defaultCmdline
 	}
-	switch {
-	case strings.ContainsAny(c.KernelCmdline, "\n\r\x00"):
-		add("kernel_cmdline: %q spans more than one line; give the options on one line", c.KernelCmdline)
-	case hasRootOption(c.KernelCmdline):
+	// Control characters, a second line among them, were refused by
+	// checkText.
+	if hasRootOption(c.KernelCmdline) {
 		add("kernel_cmdline: %q sets root=; the builder sets root=PARTUUID=<root partition> itself, remove it", c.KernelCmdline)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -265,7 +266,7 @@ func TestPrepareRejectsBadInput(t *testing.T) {
 		{"root in kernel_cmdline", map[string]interface{}{"suite": "trixie", "format": "qcow2", "kernel_cmdline": "quiet root=/dev/sda2"},
 			[]string{`kernel_cmdline: "quiet root=/dev/sda2" sets root=`}},
 		{"kernel_cmdline lines", map[string]interface{}{"suite": "trixie", "format": "qcow2", "kernel_cmdline": "quiet\nsplash"},
-			[]string{`kernel_cmdline: "quiet\nsplash" spans more than one line`}},
+			[]string{`kernel_cmdline: "quiet\nsplash": control character U+000A`, "printable text on one line"}},
 		{"image inside output", map[string]interface{}{"suite": "trixie", "format": "raw", "output_directory": out, "output_image": out + "/disk.raw"},
 			[]string{`output_image: "` + out + `/disk.raw" is inside output_directory`}},
 		{"image is a directory", map[string]interface{}{"suite": "trixie", "format": "raw", "output_directory": out, "output_image": tree},
@@ -622,4 +623,99 @@ func TestPrepareDiskSizeMinimum(t *testing.T) {
 	if _, err := newLayout(minDiskSize-mib, 0, espSize, "amd64", "u"); err == nil {
 		t.Error("newLayout accepts less than the minimum")
 	}
+}
+
+// Every string setting refuses control characters (a carriage return ends
+// a line of the image's apt sources or boot entry) and absurd lengths, up
+// front, with one error that names the setting.
+func TestPrepareRefusesControlCharactersAndLengths(t *testing.T) {
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	must(t, os.Mkdir(tree, 0o755))
+	long := func(prefix string, n int) string { return prefix + strings.Repeat("a", n) }
+	base := func(extra map[string]interface{}) map[string]interface{} {
+		raw := map[string]interface{}{"suite": "trixie", "output_directory": filepath.Join(dir, "out")}
+		for k, v := range extra {
+			raw[k] = v
+		}
+		return raw
+	}
+	disk := func(k string, v interface{}) map[string]interface{} {
+		return base(map[string]interface{}{"format": "raw", k: v})
+	}
+	tests := []struct {
+		name, key string
+		raw       map[string]interface{}
+		want      string
+	}{
+		{"suite CR", "suite", base(map[string]interface{}{"suite": "trixie\rx"}), "control character U+000D"},
+		{"suite long", "suite", base(map[string]interface{}{"suite": long("t", 200)}), "bytes long"},
+		{"mirror CR", "mirror", base(map[string]interface{}{"mirror": "http://m.example/debian\rdeb http://evil/ x main"}), "control character U+000D"},
+		{"mirror long", "mirror", base(map[string]interface{}{"mirror": long("http://m.example/", 5000)}), "bytes long"},
+		{"security_mirror LF", "security_mirror", base(map[string]interface{}{"security_mirror": "http://s.example/debian-security\nx"}), "control character U+000A"},
+		{"variant ESC", "variant", base(map[string]interface{}{"variant": "minbase\x1b"}), "control character U+001B"},
+		{"components CR", "components", base(map[string]interface{}{"components": []string{"main\r"}}), "control character U+000D"},
+		{"components too many", "components", base(map[string]interface{}{"components": manyNames(300)}), "more than the 64 allowed"},
+		{"include DEL", "include", base(map[string]interface{}{"include": []string{"curl\x7f"}}), "control character U+007F"},
+		{"include long", "include", base(map[string]interface{}{"include": []string{long("p", 300)}}), "bytes long"},
+		{"include too many", "include", base(map[string]interface{}{"include": manyNames(5000)}), "more than the 1000 allowed"},
+		{"keyring NUL", "keyring", base(map[string]interface{}{"keyring": "/etc/apt/k\x00.gpg"}), "control character U+0000"},
+		{"arch tab", "arch", base(map[string]interface{}{"arch": "amd64\t"}), "control character U+0009"},
+		{"cache_dir CR", "cache_dir", base(map[string]interface{}{"cache_dir": dir + "/c\rx"}), "control character U+000D"},
+		{"PODVM_CACHE CR", "cache_dir", base(nil), "PODVM_CACHE=\"/srv/cache\\r/x\": control character U+000D"},
+		{"cache_dir long", "cache_dir", base(map[string]interface{}{"cache_dir": dir + "/" + long("c", 5000)}), "bytes long"},
+		{"output_directory CR", "output_directory", base(map[string]interface{}{"output_directory": dir + "/o\rx"}), "control character U+000D"},
+		{"output_directory long", "output_directory", base(map[string]interface{}{"output_directory": dir + "/" + long("o", 5000)}), "bytes long"},
+		{"output_tarball LF", "output_tarball", base(map[string]interface{}{"output_tarball": dir + "/x\n.tar.zst"}), "control character U+000A"},
+		{"output_image long", "output_image", disk("output_image", dir+"/"+long("i", 5000)+".raw"), "bytes long"},
+		{"kernel_cmdline CR", "kernel_cmdline", disk("kernel_cmdline", "quiet\rsplash"), "control character U+000D"},
+		{"kernel_cmdline long", "kernel_cmdline", disk("kernel_cmdline", long("x=", 2000)), "bytes long"},
+		{"disk_size long", "disk_size", disk("disk_size", long("1", 100)+"G"), "bytes long"},
+		{"format CR", "format", base(map[string]interface{}{"format": "raw\r"}), "control character U+000D"},
+		{"source_type CR", "source_type", map[string]interface{}{"source_type": "tarball\r"}, "control character U+000D"},
+		{"source_path CR", "source_path", map[string]interface{}{"source_type": "directory", "source_path": tree + "\r"}, "control character U+000D"},
+	}
+	envHost := fakeHost()
+	envHost.getenv = func(k string) string {
+		if k == "PODVM_CACHE" {
+			return "/srv/cache\r/x"
+		}
+		return ""
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := fakeHost()
+			if tt.name == "PODVM_CACHE CR" {
+				h = envHost
+			}
+			_, err := prepare(t, h, tt.raw)
+			if err == nil {
+				t.Fatalf("accepted; want %s: ... %s", tt.key, tt.want)
+			}
+			var me *packersdk.MultiError
+			if !errors.As(err, &me) {
+				t.Fatalf("want a MultiError, got %T: %v", err, err)
+			}
+			var mine []string
+			for _, e := range me.Errors {
+				if strings.HasPrefix(e.Error(), tt.key+": ") {
+					mine = append(mine, e.Error())
+				}
+			}
+			if len(mine) != 1 || !strings.Contains(mine[0], tt.want) {
+				t.Errorf("errors about %s: %q; want one with %q\nall: %v", tt.key, mine, tt.want, err)
+			}
+			if len(err.Error()) > 2000 {
+				t.Errorf("the error quotes the whole value (%d bytes)", len(err.Error()))
+			}
+		})
+	}
+}
+
+func manyNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "p" + strconv.Itoa(i) + "x"
+	}
+	return out
 }
