@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // captureStderr runs fn with os.Stderr going to a file and returns what
@@ -108,4 +110,63 @@ func TestPlanRefusesFarFutureEpoch(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "apt would refuse the repository as not valid yet") {
 		t.Errorf("plan: exit %d, %s", code, out)
 	}
+}
+
+// TestPlanChecksKernels checks that --kernel passes the kernel rule before
+// the plan prints it as a command.
+func TestPlanChecksKernels(t *testing.T) {
+	for _, tc := range []struct {
+		kernel string
+		want   string // "" for accepted
+	}{
+		{"6.12.57+deb13-amd64", ""},
+		{"6.1;id>/tmp/pwn", `plan: --kernel: invalid value "6.1;id>/tmp/pwn"`},
+		{"$(reboot)", `plan: --kernel: invalid value "$(reboot)"`},
+		{"6.1\rx", `plan: --kernel: invalid value "6.1\rx"`},
+	} {
+		var code int
+		stdout := captureStdout(t, func() {
+			out := captureStderr(t, func() { code = runPlan([]string{"--kernel", tc.kernel}) })
+			switch {
+			case tc.want == "" && code != 0:
+				t.Errorf("--kernel %q: exit %d, %s", tc.kernel, code, out)
+			case tc.want != "" && (code != 2 || !strings.Contains(out, tc.want) || !strings.Contains(out, "allowed:")):
+				t.Errorf("--kernel %q: exit %d, %s; want exit 2 and %q", tc.kernel, code, out, tc.want)
+			}
+		})
+		if tc.want != "" && stdout != "" {
+			t.Errorf("--kernel %q: a refused plan printed %s", tc.kernel, gpustack.Clip(stdout))
+		}
+	}
+}
+
+// TestPlanPrintsWarnings checks that the CLI shows Resolve's warnings.
+func TestPlanPrintsWarnings(t *testing.T) {
+	t.Setenv("NVIDIA_CUDA_REPO_URL", "https://mirror.example/cuda")
+	var code int
+	var out string
+	captureStdout(t, func() { out = captureStderr(t, func() { code = runPlan([]string{"--nvidia-driver-source=distro"}) }) })
+	if code != 0 || !strings.Contains(out, "plan: warning: NVIDIA_CUDA_REPO_URL is ignored") {
+		t.Errorf("plan: exit %d, stderr %q; want the warning", code, out)
+	}
+}
+
+// captureStdout runs fn with os.Stdout going to a file and returns what
+// was written.
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = f
+	defer func() { os.Stdout = saved }()
+	fn()
+	if _, err := f.Seek(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	return string(b)
 }

@@ -29,10 +29,21 @@ func runPlan(args []string) int {
 	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
 	}
+	// The plan prints the kernels in commands; check them as the image's
+	// own kernel names are checked before they reach a shell.
+	for _, k := range *kernels {
+		if !gpustack.ValidKernel(k) {
+			fmt.Fprintf(os.Stderr, "plan: --kernel: invalid value %s; allowed: a kernel release as the image's /usr/lib/modules names it, such as 6.12.57+deb13-amd64\n", gpustack.Clip(k))
+			return 2
+		}
+	}
 	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)
 		return 2
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(os.Stderr, "plan: warning:", w)
 	}
 	if errs := bake.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
 		for _, e := range errs {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 )
 
@@ -31,6 +32,10 @@ type indexer func(ctx context.Context, s bake.Spec, in bake.IndexInput) (*bake.I
 // any point leaves the previous repository (or none), never a half-written
 // one.
 func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
+	// Before anything touches the image, not even the cleanup below.
+	if err := checkSwapDir(b.Dir); err != nil {
+		return err
+	}
 	newDir, oldDir := b.Dir+".podvm-new", b.Dir+".podvm-old"
 	defer func() {
 		if err == nil {
@@ -155,7 +160,10 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		staged = append(staged, s)
 		installs = append(installs, "install -m 0644 "+shellQuote(s)+" "+shellQuote(newDir+"/"+f))
 	}
-	swap := swapCommand(newDir, oldDir, b.Dir, append(renames, installs...), staged)
+	swap, err := swapCommand(newDir, oldDir, b.Dir, append(renames, installs...), staged)
+	if err != nil {
+		return err
+	}
 	sres, err := e.r.exec(ctx, swap, false)
 	if err != nil {
 		return err // did not run to its end: the deferred cleanup removes the staged files
@@ -174,7 +182,10 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 // repository is put back; it is never deleted before the new one is in
 // place. A previous repository that an interrupted swap left in oldDir is
 // restored first. The staged files are removed whatever happens.
-func swapCommand(newDir, oldDir, dir string, prepare, staged []string) string {
+func swapCommand(newDir, oldDir, dir string, prepare, staged []string) (string, error) {
+	if err := checkSwapDir(dir); err != nil {
+		return "", err
+	}
 	n, o, d := shellQuote(newDir), shellQuote(oldDir), shellQuote(dir)
 	cmds := append(slices.Clone(prepare),
 		"chown -R root:root "+n,
@@ -189,7 +200,18 @@ func swapCommand(newDir, oldDir, dir string, prepare, staged []string) string {
 	if len(staged) > 0 {
 		cmd += "; rc=$?; rm -f " + quoteAll(staged...) + "; exit $rc"
 	}
-	return cmd
+	return cmd, nil
+}
+
+// checkSwapDir refuses to swap a directory that is not the build's own:
+// the swap removes the previous directory, so /etc there would remove the
+// image's /etc. The settings refuse such a local_repo_path already; this
+// guard holds for any Plan, however it was made.
+func checkSwapDir(dir string) error {
+	if err := inputcheck.ImageDataDir(dir); err != nil {
+		return fmt.Errorf("repository directory %q: refusing to replace it: %w", dir, err)
+	}
+	return nil
 }
 
 // publish writes what goes with a repository in place: its keyring and,

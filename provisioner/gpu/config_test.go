@@ -117,3 +117,58 @@ func TestUnknownKeyRejectedByHCLSpec(t *testing.T) {
 		t.Fatal("a misspelt setting decoded")
 	}
 }
+
+// TestTransferRetriesBounded checks that a retry count that would retry a
+// failing upload for ever is refused before the build.
+func TestTransferRetriesBounded(t *testing.T) {
+	for _, tc := range []struct {
+		n    string
+		want string // "" for accepted
+	}{
+		{"0", ""},
+		{"100", ""},
+		{"101", "transfer_retries: 101"},
+		{"1000000000", "transfer_retries: 1000000000"},
+		{"-1", "transfer_retries: -1"},
+	} {
+		_, err := prepareHCL(t, "transfer_retries = "+tc.n+"\n", nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("transfer_retries = %s: %v", tc.n, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "allowed: 0 (no retries) to 100")):
+			t.Errorf("transfer_retries = %s: %v; want %q and what is allowed", tc.n, err, tc.want)
+		}
+	}
+}
+
+// TestWarningsReachTheUi checks that settings the others make useless are
+// reported through Packer's ui, not dropped without a word.
+func TestWarningsReachTheUi(t *testing.T) {
+	for _, tc := range []struct {
+		hcl  string
+		want string // "" for no warning
+	}{
+		{"enable_nvidia_gpu = \"no\"\nlocal_repo = \"no\"\nnvidia_hook_mode = \"cdi\"\n", "nvidia_hook_mode is ignored: enable_nvidia_gpu is no"},
+		{"enable_nvidia_gpu = \"no\"\nlocal_repo = \"no\"\nnvidia_module_signing = \"key\"\n", "nvidia_module_signing is ignored"},
+		{"enable_nvidia_gpu = \"no\"\nlocal_repo = \"no\"\n", ""},
+	} {
+		p, err := prepareHCL(t, tc.hcl, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.hcl, err)
+		}
+		ui := &countingUi{}
+		if err := p.Provision(t.Context(), ui, nil, nil); err != nil {
+			t.Fatalf("%s: %v", tc.hcl, err)
+		}
+		var warned []string
+		for _, m := range ui.messages {
+			if strings.Contains(m, "warning") {
+				warned = append(warned, m)
+			}
+		}
+		got := strings.Join(warned, "\n")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: ui warnings %q, want %q", tc.hcl, got, tc.want)
+		}
+	}
+}

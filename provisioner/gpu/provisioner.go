@@ -55,7 +55,7 @@ type Config struct {
 	RemoteFolder string `mapstructure:"remote_folder" required:"false"`
 	// How many times uploads and downloads are retried, and apt commands
 	// that failed on a transient network error. Defaults to 3; 0 disables
-	// retries. (Packer's own `max_retries` reruns the whole provisioner,
+	// retries; at most 100. (Packer's own `max_retries` reruns the whole provisioner,
 	// DKMS build included, and never reaches the plugin.)
 	TransferRetries *int `mapstructure:"transfer_retries" required:"false"`
 	// Whether dpkg skips its fsync calls (--force-unsafe-io), as mkosi's
@@ -73,6 +73,8 @@ type Provisioner struct {
 	config  Config
 	options gpustack.Options
 	retries int
+	// warnings are Resolve's, shown through the ui when the build starts.
+	warnings []string
 
 	// Seams for tests; zero values mean the real thing.
 	lookupEnv  func(string) (string, bool)
@@ -87,6 +89,11 @@ type Provisioner struct {
 func (p *Provisioner) ConfigSpec() hcldec.ObjectSpec { return p.config.FlatMapstructure().HCL2Spec() }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// maxTransferRetries bounds transfer_retries: with the backoff between
+// attempts, a hundred retries outlast any transient failure, and a larger
+// count would only keep a broken build alive for days.
+const maxTransferRetries = 100
 
 // Prepare decodes and validates the configuration, reporting every problem
 // at once.
@@ -138,8 +145,11 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	default:
 		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("dpkg_unsafe_io: %q; allowed: auto, yes, no", c.DpkgUnsafeIO))
 	}
-	if p.retries < 0 {
-		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("transfer_retries: %d is negative; allowed: 0 (no retries) or more", p.retries))
+	switch {
+	case p.retries < 0:
+		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("transfer_retries: %d is negative; allowed: 0 (no retries) to %d", p.retries, maxTransferRetries))
+	case p.retries > maxTransferRetries:
+		errs = packersdk.MultiErrorAppend(errs, fmt.Errorf("transfer_retries: %d is too many; allowed: 0 (no retries) to %d", p.retries, maxTransferRetries))
 	}
 
 	lookup := p.lookupEnv
@@ -161,7 +171,7 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 			errs = packersdk.MultiErrorAppend(errs, err)
 		}
 	}
-	p.options = res.Options
+	p.options, p.warnings = res.Options, res.Warnings
 	if err == nil {
 		for _, e := range bake.CheckInputs(p.options, time.Now()) {
 			errs = packersdk.MultiErrorAppend(errs, e)
@@ -177,6 +187,10 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packersdk.Communicator, generatedData map[string]interface{}) error {
 	p.config.ctx.Data = generatedData
 	o := p.options
+	// Prepare has no ui; the warnings come first here, before any step.
+	for _, w := range p.warnings {
+		ui.Say("podvm-gpu: warning: " + w)
+	}
 	// Before anything touches the image: an idle provisioner works on any
 	// image, supported or not.
 	if idle := o.Idle(); idle != "" {
