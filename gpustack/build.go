@@ -90,6 +90,8 @@ const (
 	toolkitConfig = "/etc/nvidia-container-runtime/config.toml"
 	gateScript    = "/usr/libexec/podvm-gpu/has-nvidia-gpu"
 	cdiUnit       = "nvidia-cdi-generate.service"
+	cdiScriptPath = "/usr/libexec/podvm-gpu/nvidia-cdi-generate"
+	cdiSpecPath   = "/run/cdi/nvidia.yaml" // /var/run/cdi: where kata-agent reads CDI specs
 	ccUnit        = "nvidia-cc-ready.service"
 	persistUnit   = "nvidia-persistenced.service"
 	fabricUnit    = "nvidia-fabricmanager.service"
@@ -534,7 +536,8 @@ func gpuSteps(p *Plan, o Options, r release, f family) error {
 		}
 		if o.HookMode != HookOCIPrestart {
 			p.add("cdi", "Installing the CDI spec service",
-				WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService(d.Modules[0])},
+				WriteFile{Path: cdiScriptPath, Mode: modeScript, Owner: "root:root", Content: cdiScript},
+				WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService(d.Modules)},
 				EnableUnits{Units: []string{cdiUnit}})
 			gpuUnits = append(gpuUnits, cdiUnit)
 		}

@@ -62,11 +62,13 @@ func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, err
 // Debian ships no precompiled NVIDIA modules.
 func (debian) precompiled(d Driver) (string, []string, bool) { return "", nil, false }
 
+// Every flavour builds UVM and modeset beside the core module; the archive's
+// packaging renames all three.
 func (debian) modules(d Driver) []string {
 	if d.Source == SourceCUDARepo {
-		return []string{"nvidia"}
+		return []string{"nvidia", "nvidia-uvm", "nvidia-modeset"}
 	}
-	return []string{"nvidia-current"}
+	return []string{"nvidia-current", "nvidia-current-uvm", "nvidia-current-modeset"}
 }
 
 func (debian) pinPackages(d Driver) []string {

@@ -1,5 +1,10 @@
 package gpustack
 
+import (
+	_ "embed"
+	"strings"
+)
+
 // Contents of the files the plan writes into the image. They are the same
 // for every distro, so both back ends write the same bytes.
 
@@ -12,9 +17,16 @@ set -eu
 exec /usr/bin/nvidia-container-toolkit -debug "$@" >>/var/log/nvidia-hook.log 2>&1
 `
 
-// cdiService generates the CDI spec at boot. It loads the driver's module
-// itself: udev may not have bound the GPU yet when it runs.
-func cdiService(module string) string {
+// cdiScript is installed at cdiScriptPath: it loads the driver's modules
+// (udev may not have bound the GPU yet when it runs), creates the control
+// device nodes, generates the spec and refuses one that CUDA cannot use.
+//
+//go:embed scripts/nvidia-cdi-generate.sh
+var cdiScript string
+
+// cdiService runs cdiScript at boot, with the spec's path and the driver's
+// modules in load order as its arguments. A spec it refuses fails the unit.
+func cdiService(modules []string) string {
 	return `[Unit]
 Description=Generate the NVIDIA CDI specification
 Documentation=https://github.com/NVIDIA/nvidia-container-toolkit
@@ -25,8 +37,10 @@ After=systemd-modules-load.service nvidia-persistenced.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStartPre=/sbin/modprobe ` + module + `
-ExecStart=/usr/bin/nvidia-ctk cdi generate --output=/run/cdi/nvidia.yaml
+# Loads the modules in this order, creates the control device nodes, then
+# generates the spec and fails unless it names a GPU, /dev/nvidiactl and
+# /dev/nvidia-uvm.
+ExecStart=` + cdiScriptPath + ` ` + cdiSpecPath + ` ` + strings.Join(modules, " ") + `
 
 [Install]
 WantedBy=multi-user.target

@@ -102,7 +102,9 @@ type Driver struct {
 	Flavour ModuleFlavour
 	Source  DriverSource
 	// Modules are the module names a successful install provides for each
-	// targeted kernel (checked with modinfo -k).
+	// targeted kernel (checked with modinfo -k), in the order the CDI unit
+	// loads them, which is kata NVRC's: the core module first, then UVM,
+	// then modeset where the driver has it.
 	Modules []string
 }
 

@@ -71,7 +71,9 @@ func (ubuntu) precompiled(d Driver) (string, []string, bool) {
 		[]string{"nvidia-headless-no-dkms-" + d.Branch + serverSuffix(d), "nvidia-utils-" + d.Branch + "-server"}, true
 }
 
-func (ubuntu) modules(d Driver) []string { return []string{"nvidia"} }
+// The precompiled and DKMS packages alike ship UVM and modeset beside the
+// core module, under NVIDIA's names.
+func (ubuntu) modules(d Driver) []string { return []string{"nvidia", "nvidia-uvm", "nvidia-modeset"} }
 
 func (ubuntu) pinPackages(d Driver) []string {
 	return []string{"*nvidia*", "cuda-drivers*", "libnvidia*", "libxnvctrl*"}
