@@ -119,9 +119,9 @@ sign_file="/usr/lib/podvm-gpu/dkms-signing-disabled"
 // module of the kernels given as arguments. Arguments: mode (sign,
 // sign-key or verify), the certificate subject ("" for the certificate's
 // issuer), the DER and PEM certificate paths, then the kernels. sign makes
-// the key in /run, which must be a tmpfs; sign-key reads a passphrase line
-// and then the key and certificate (PEM) from its input into the same
-// place. Either is removed on exit, whatever happens.
+// the key in /run, which must be a tmpfs; sign-key reads a header with the
+// input's length, a passphrase line and then the key and certificate (PEM)
+// from its input into the same place. Either is removed on exit, whatever happens.
 const signModulesScript = `set -eu
 mode=$1 subject=$2 der=$3 pem=$4
 shift 4
@@ -169,8 +169,29 @@ trap 'rm -rf "$dir"; [ -z "$new" ] || rm -f "$new"' EXIT
 trap 'exit 1' INT TERM HUP
 chmod 700 "$dir"
 if [ "$mode" = sign-key ]; then
-	IFS= read -r pin || true
-	cat >"$dir/key.pem"
+	# The input is a header, "podvm-module-key <bytes that follow>", then
+	# the passphrase line, the key and the certificate. A missing or short
+	# input (an execute_command that reads the command's input itself, as
+	# sudo -S does for its password) stops here, not later in openssl.
+	IFS= read -r header || true
+	want=${header#podvm-module-key }
+	case $want in
+	"$header" | "" | *[!0-9]*)
+		echo "podvm-gpu: the module signing key did not reach this command's input (first line: ${#header} bytes, not podvm's header); an execute_command that reads the input itself, such as sudo -S, takes it: see nvidia_module_signing=key in the provisioner's docs" >&2
+		exit 1
+		;;
+	esac
+	cat >"$dir/input"
+	got=$(wc -c <"$dir/input")
+	if [ "$got" != "$want" ]; then
+		echo "podvm-gpu: the module signing key's input is $got bytes, want $want: something between podvm-gpu and this command (execute_command, sudo -S) read part of it; see nvidia_module_signing=key in the provisioner's docs" >&2
+		exit 1
+	fi
+	{
+		IFS= read -r pin || true
+		cat >"$dir/key.pem"
+	} <"$dir/input"
+	rm -f "$dir/input"
 	# sign-file reads the key's passphrase from KBUILD_SIGN_PIN.
 	[ -z "$pin" ] || export KBUILD_SIGN_PIN="$pin"
 	openssl x509 -in "$dir/key.pem" -outform DER -out "$dir/cert.der" 2>"$dir/openssl.log" ||

@@ -44,7 +44,9 @@ type Config struct {
 	// the env map as quoted NAME=value words (they are also exported inside
 	// {{.Command}}, so templates need not use it). The default runs the
 	// command as the communicator's user; for a non-root SSH user use
-	// `sudo -n sh -c {{.Command}}` (or `echo 'pw' | sudo -S sh -c {{.Command}}`).
+	// `sudo -n sh -c {{.Command}}` (or `echo 'pw' | sudo -S sh -c {{.Command}}`,
+	// except with nvidia_module_signing=key, whose key travels on the
+	// command's input: see the execute_command section below).
 	ExecuteCommand string `mapstructure:"execute_command" required:"false"`
 	// Environment variables exported to every command, for example
 	// `{ http_proxy = "http://proxy:3128" }`.
@@ -175,6 +177,9 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	if err == nil {
 		for _, e := range bake.CheckInputs(p.options, time.Now()) {
 			errs = packersdk.MultiErrorAppend(errs, e)
+		}
+		if err := checkKeyModeExecuteCommand(c.ExecuteCommand, p.options); err != nil {
+			errs = packersdk.MultiErrorAppend(errs, err)
 		}
 	}
 	if errs != nil && len(errs.Errors) > 0 {
