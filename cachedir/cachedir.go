@@ -119,9 +119,10 @@ func OpenDir(root, dir string, create bool) (*os.File, error) {
 		return nil, fmt.Errorf("cache directory %s is not below the cache root %s", dir, root)
 	}
 	if create {
-		// The root's parent is the user's choice, so only the root itself
-		// is made here; the levels below are made by OpenDirAt.
-		if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		// The root and what leads to it (such as a missing ~/.cache) are
+		// the user's choice, made by path; the levels below are made by
+		// OpenDirAt, and all of them are checked as they are opened.
+		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, fmt.Errorf("build cache: %w", err)
 		}
 	}

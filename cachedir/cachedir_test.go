@@ -121,7 +121,8 @@ func TestOpenDirEveryLevel(t *testing.T) {
 }
 
 func TestOpenDirCreates(t *testing.T) {
-	root := filepath.Join(t.TempDir(), "cache")
+	// A fresh user may have no ~/.cache yet.
+	root := filepath.Join(t.TempDir(), ".cache", "podvm")
 	d, err := OpenDir(root, filepath.Join(root, "modules", "v1"), true)
 	if err != nil {
 		t.Fatal(err)
