@@ -135,6 +135,20 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("output directory: %w", err)
 	}
 
+	if err := checkOverlap(debs, opts, out); err != nil {
+		return nil, err
+	}
+	if opts.Placement == IndexOnly {
+		// Index files are renamed in one by one: two builds at once would
+		// interleave them, leaving an InRelease signed by one key beside
+		// the other's keyring.gpg. The lock is held until every file of
+		// this build is in place.
+		unlock, err := lockDir(ctx, out)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	st, err := newStage(out, opts.Placement == IndexOnly)
 	if err != nil {
 		return nil, err
@@ -146,6 +160,9 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if err := checkDuplicates(pkgs); err != nil {
+		return nil, err
+	}
+	if err := checkStanzas(pkgs); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(pkgs, func(a, b Package) int {
@@ -219,6 +236,9 @@ func (opts *Options) check() error {
 		return err
 	}
 	for field, v := range map[string]string{"Origin": opts.Origin, "Label": opts.Label} {
+		if len(v) > MaxReleaseField {
+			return fmt.Errorf("%s of %d bytes: at most %d are allowed; gpgv and apt report a clearsigned line of about 20,000 bytes as a BAD signature", field, len(v), MaxReleaseField)
+		}
 		if strings.IndexFunc(v, func(r rune) bool { return unicode.IsControl(r) }) >= 0 {
 			return fmt.Errorf("%s %q: control characters are not allowed", field, v)
 		}
@@ -227,6 +247,98 @@ func (opts *Options) check() error {
 		}
 	}
 	return nil
+}
+
+// Limits of what apt reads, measured with apt 2.6 and gpgv 2.2
+// (TestBuildRefusesWhatAptCannotRead): apt fails to parse a Packages
+// stanza of about 1 MiB ("Unable to parse package file"), which takes the
+// whole repository with it, and GnuPG's clearsigned text breaks at lines
+// near 20,000 bytes (apt saw a BAD signature from 19,997 on). The caps
+// leave room below both.
+const (
+	// MaxStanza bounds one package's stanza in Packages: its control
+	// paragraph and the fields the index adds.
+	MaxStanza = 768 << 10
+	// MaxReleaseField bounds Origin and Label, each a line of Release.
+	MaxReleaseField = 4 << 10
+	// maxReleaseLine bounds every line of Release, those the index
+	// writes included.
+	maxReleaseLine = 16 << 10
+)
+
+// checkStanzas refuses a package whose stanza apt could not parse.
+func checkStanzas(pkgs []Package) error {
+	var errs []error
+	for i := range pkgs {
+		if n := len(pkgs[i].stanza(nil)); n > MaxStanza {
+			errs = append(errs, fmt.Errorf("%s: its Packages stanza would be %d bytes, more than the %d allowed (apt fails on the whole repository from about 1 MiB); the control paragraph is too large", pkgs[i].Source, n, MaxStanza))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkOverlap refuses inputs inside the output and an output inside an
+// input directory, compared as real paths: replacing the output would
+// delete the inputs (and whatever else lives beside them), and an output
+// below the input directory is a repository inside the tree being
+// indexed. IndexOnly indexes the .debs in the output itself, which is
+// its point.
+func checkOverlap(debs []debFile, opts Options, out string) error {
+	realOut, err := realPath(out)
+	if err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	var inDir string
+	if opts.DebDir != "" {
+		if inDir, err = realPath(opts.DebDir); err != nil {
+			return fmt.Errorf(".deb directory: %w", err)
+		}
+	}
+	if opts.Placement == IndexOnly {
+		// Only index files are replaced; no input can go with them.
+		return nil
+	}
+	if inDir != "" {
+		switch {
+		case within(inDir, realOut):
+			return fmt.Errorf(".deb directory %s lies inside the output %s, which a build replaces as a whole; give an output directory outside it (or index in place)", opts.DebDir, out)
+		case within(realOut, inDir):
+			return fmt.Errorf("output %s lies inside the .deb directory %s; give an output directory outside it", out, opts.DebDir)
+		}
+	}
+	for _, d := range debs {
+		if within(d.real, realOut) {
+			return fmt.Errorf("%s lies inside the output %s, which a build replaces as a whole; move it out first", d.path, out)
+		}
+	}
+	return nil
+}
+
+// realPath resolves every symbolic link in p; the part of p that does not
+// exist yet is appended to its deepest existing directory, resolved.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		real, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			return filepath.Join(append([]string{real}, rest...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			return "", err
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
+	}
+}
+
+// within reports whether p is dir or lies below it; both are clean
+// absolute paths.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 // debFile is one input .deb.
@@ -500,6 +612,11 @@ func indexFiles(pkgs []Package, opts Options) ([]indexFile, error) {
 	slices.Sort(archs)
 	indexes := []indexFile{{PackagesFile, packages}, {PackagesGzFile, gz}}
 	release := releaseFile(opts.Origin, opts.Label, opts.Date, archs, indexes, opts.AllDigests)
+	for i, line := range strings.Split(string(release), "\n") {
+		if len(line) > maxReleaseLine {
+			return nil, fmt.Errorf("Release line %d would be %d bytes, more than the %d allowed: GnuPG breaks clearsigned lines near 20,000 bytes", i+1, len(line), maxReleaseLine)
+		}
+	}
 	detached, err := opts.Signer.detachSign(release, opts.Date)
 	if err != nil {
 		return nil, err

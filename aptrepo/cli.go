@@ -65,6 +65,10 @@ Flags:
 		return usageErr("--out is required (or --in-place)")
 	case *passphraseEnv != "" && *keyFile == "":
 		return usageErr("--passphrase-env needs --key")
+	case len(*origin) > MaxReleaseField:
+		return usageErr(fmt.Sprintf("--origin of %d bytes: at most %d are allowed (a line of Release; gpgv and apt fail on one near 20,000 bytes)", len(*origin), MaxReleaseField))
+	case len(*label) > MaxReleaseField:
+		return usageErr(fmt.Sprintf("--label of %d bytes: at most %d are allowed (a line of Release; gpgv and apt fail on one near 20,000 bytes)", len(*label), MaxReleaseField))
 	}
 
 	fail := func(err error) int {

@@ -1,10 +1,14 @@
 package aptrepo
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
@@ -170,4 +174,39 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// lockDir takes an exclusive flock on the directory dir itself, waiting
+// for another build that holds it, and returns its release. Locking the
+// directory, not a file in it, leaves nothing behind in the repository
+// (whose files all go into the image). The lock goes with the process, so
+// a killed build never leaves it held.
+func lockDir(ctx context.Context, dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// A new directory appears whole, by one rename: nothing to
+		// interleave with.
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock output directory: %w", err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock output directory %s: %w", dir, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Closing the descriptor releases the lock.
+	return func() { f.Close() }, nil
 }
