@@ -4,22 +4,28 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/bzip2"
 	"compress/gzip"
 	"context"
 	"crypto/md5"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
+	"hash/crc64"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz/lzma"
 )
 
 // Limits on what one .deb can make us read or allocate before its payload.
@@ -242,6 +248,14 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 				return nil, fmt.Errorf("%s comes before the control member", name)
 			}
 			sawData = true
+			// apt checks only the whole file's digest, which a corrupt
+			// member passes: dpkg would fail at install time, on the node.
+			if err := verifyDataMember(name, body); err != nil {
+				if body.truncated {
+					return nil, fmt.Errorf("%w: in %s", ErrTruncated, name)
+				}
+				return nil, fmt.Errorf("%s is corrupt: %w", name, err)
+			}
 		default:
 			return nil, fmt.Errorf("unexpected ar member %q", name)
 		}
@@ -424,7 +438,8 @@ func readXZControl(r io.Reader, size int64) (Paragraph, error) {
 // parseControlTar reads a control.tar stream up to its control file and
 // parses that.
 func parseControlTar(r io.Reader) (Paragraph, error) {
-	tr := tar.NewReader(&cappedReader{r: r, n: maxControlTar})
+	capped := &cappedReader{r: r, n: maxControlTar}
+	tr := tar.NewReader(capped)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -446,9 +461,282 @@ func parseControlTar(r io.Reader) (Paragraph, error) {
 		if err != nil {
 			return nil, err
 		}
-		return ParseControl(b)
+		p, err := ParseControl(b)
+		if err != nil {
+			return nil, err
+		}
+		// The rest of the member must decompress too (dpkg unpacks all
+		// of it), up to the compression's own check at its end.
+		for {
+			if _, err := tr.Next(); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		if _, err := io.Copy(io.Discard, capped); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
 }
+
+// Bounds on what decompressing a data member may allocate. xz -9 and
+// zstd --ultra -22 (without --long) stay within them.
+const (
+	maxDataXZDict     = 64 << 20
+	maxDataZstdWindow = 128 << 20
+)
+
+// verifyDataMember decompresses a data.tar member to its end and walks
+// its tar headers, so that a member dpkg could not unpack is refused here,
+// not on the node. The compressed formats' own checks (gzip's CRC, xz's
+// block checks, zstd's checksum when present) are verified on the way.
+func verifyDataMember(name string, r io.Reader) error {
+	var stream io.Reader
+	switch strings.TrimPrefix(name, "data.tar") {
+	case "":
+		stream = r
+	case ".gz":
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		stream = zr
+	case ".xz":
+		stream = &xzStreamReader{br: bufio.NewReader(r), dictLimit: maxDataXZDict}
+	case ".zst":
+		zr, err := zstd.NewReader(r,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(maxDataZstdWindow))
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		stream = zr
+	case ".bz2":
+		stream = bzip2.NewReader(r)
+	default:
+		return fmt.Errorf("unsupported data member compression %q", name)
+	}
+	tr := tar.NewReader(stream)
+	for {
+		_, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("tar: %w", err)
+		}
+	}
+	// The tar end marker may come before the end of the compressed
+	// stream, whose checks come last.
+	if _, err := io.Copy(io.Discard, stream); err != nil {
+		return err
+	}
+	return nil
+}
+
+// xzStreamReader decompresses every block of one xz stream, verifying
+// each block's check and the footer's magic. Unlike github.com/ulikunitz/
+// xz's reader, it refuses a dictionary above dictLimit instead of
+// allocating what a hostile block header asks for.
+type xzStreamReader struct {
+	br        *bufio.Reader
+	dictLimit int64
+	started   bool
+	checkID   byte
+	block     io.Reader      // the current block's LZMA2 stream
+	counted   *countingBytes // its compressed bytes
+	headerLen int64
+	check     hash.Hash
+	done      bool
+}
+
+// countingBytes counts the bytes read through it, for the block padding.
+type countingBytes struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (c *countingBytes) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingBytes) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
+}
+
+func (x *xzStreamReader) Read(p []byte) (int, error) {
+	for {
+		if x.done {
+			return 0, io.EOF
+		}
+		if x.block == nil {
+			if err := x.next(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		n, err := x.block.Read(p)
+		x.check.Write(p[:n])
+		if errors.Is(err, io.EOF) {
+			if err := x.endBlock(); err != nil {
+				return n, err
+			}
+			err = nil
+		}
+		if n > 0 || err != nil {
+			return n, unexpectedEOF(err)
+		}
+	}
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// next reads the stream header if not yet read, then a block header (or
+// the index, which ends the stream).
+func (x *xzStreamReader) next() error {
+	if !x.started {
+		var sh [12]byte
+		if _, err := io.ReadFull(x.br, sh[:]); err != nil {
+			return fmt.Errorf("xz stream header: %w", unexpectedEOF(err))
+		}
+		if !bytes.Equal(sh[:6], []byte{0xfd, '7', 'z', 'X', 'Z', 0}) {
+			return errors.New("not an xz stream")
+		}
+		if crc32.ChecksumIEEE(sh[6:8]) != binary.LittleEndian.Uint32(sh[8:12]) {
+			return errors.New("xz stream header: bad CRC")
+		}
+		if sh[6] != 0 || sh[7] > 0x0f {
+			return errors.New("xz stream header: reserved flags set")
+		}
+		switch sh[7] {
+		case 0x00, 0x01, 0x04, 0x0a:
+		default:
+			return fmt.Errorf("xz: unsupported check type %#x", sh[7])
+		}
+		x.checkID, x.started = sh[7], true
+	}
+	first, err := x.br.ReadByte()
+	if err != nil {
+		return fmt.Errorf("xz block header: %w", unexpectedEOF(err))
+	}
+	if first == 0 {
+		return x.end()
+	}
+	bh := make([]byte, (int(first)+1)*4)
+	bh[0] = first
+	if _, err := io.ReadFull(x.br, bh[1:]); err != nil {
+		return fmt.Errorf("xz block header: %w", unexpectedEOF(err))
+	}
+	body, crc := bh[:len(bh)-4], bh[len(bh)-4:]
+	if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(crc) {
+		return errors.New("xz block header: bad CRC")
+	}
+	dict, err := parseXZBlockHeader(body)
+	if err != nil {
+		return err
+	}
+	if dict > x.dictLimit {
+		return fmt.Errorf("xz: dictionary of %d bytes, more than the %d allowed", dict, x.dictLimit)
+	}
+	x.counted = &countingBytes{r: x.br}
+	lr, err := lzma.Reader2Config{DictCap: int(max(dict, lzma.MinDictCap))}.NewReader2(x.counted)
+	if err != nil {
+		return fmt.Errorf("xz: %w", err)
+	}
+	x.block, x.headerLen = lr, int64(len(bh))
+	switch x.checkID {
+	case 0x01:
+		x.check = crc32.NewIEEE()
+	case 0x04:
+		x.check = crc64.New(crc64.MakeTable(crc64.ECMA))
+	case 0x0a:
+		x.check = sha256.New()
+	default:
+		x.check = nopHash{}
+	}
+	return nil
+}
+
+// endBlock reads the block padding and verifies the block's check.
+func (x *xzStreamReader) endBlock() error {
+	pad := (4 - (x.headerLen+x.counted.n)%4) % 4
+	var buf [32]byte
+	if _, err := io.ReadFull(x.br, buf[:pad]); err != nil {
+		return fmt.Errorf("xz block padding: %w", unexpectedEOF(err))
+	}
+	if !bytes.Equal(buf[:pad], make([]byte, pad)) {
+		return errors.New("xz block padding: not zero")
+	}
+	sum := x.check.Sum(nil)
+	if x.checkID == 0x04 || x.checkID == 0x01 {
+		// CRC32 and CRC64 are stored little-endian; Sum is big-endian.
+		slices.Reverse(sum)
+	}
+	got := buf[:len(sum)]
+	if _, err := io.ReadFull(x.br, got); err != nil {
+		return fmt.Errorf("xz block check: %w", unexpectedEOF(err))
+	}
+	if !bytes.Equal(got, sum) {
+		return errors.New("xz block check does not match: the data is corrupt")
+	}
+	x.block = nil
+	return nil
+}
+
+// end reads the index and the stream footer, and checks the footer: its
+// CRC, its flags (the header's) and the index size it records. The
+// index's records are not compared with the blocks, which were verified
+// one by one.
+func (x *xzStreamReader) end() error {
+	rest, err := io.ReadAll(io.LimitReader(x.br, 64<<20))
+	if err != nil {
+		return err
+	}
+	rest = bytes.TrimRight(rest, "\x00") // stream padding, if any
+	if len(rest) < 12 {
+		return errors.New("xz: no stream footer")
+	}
+	f := rest[len(rest)-12:]
+	switch {
+	case string(f[10:]) != "YZ":
+		return errors.New("xz: no stream footer")
+	case crc32.ChecksumIEEE(f[4:10]) != binary.LittleEndian.Uint32(f[:4]):
+		return errors.New("xz stream footer: bad CRC")
+	case f[8] != 0 || f[9] != x.checkID:
+		return errors.New("xz stream footer: flags differ from the header's")
+	}
+	// The index, with the indicator byte next already read.
+	if index := int64(len(rest)-12) + 1; (int64(binary.LittleEndian.Uint32(f[4:8]))+1)*4 != index {
+		return errors.New("xz stream footer: index size does not match")
+	}
+	x.done = true
+	return nil
+}
+
+// nopHash is the check of an xz stream that has none.
+type nopHash struct{}
+
+func (nopHash) Write(p []byte) (int, error) { return len(p), nil }
+func (nopHash) Sum(b []byte) []byte         { return b }
+func (nopHash) Reset()                      {}
+func (nopHash) Size() int                   { return 0 }
+func (nopHash) BlockSize() int              { return 1 }
 
 // maxZstdWindow bounds the history a zstd frame can make us allocate. The
 // zstd format asks decoders to support 8 MiB; dpkg's default level needs 2.

@@ -208,15 +208,22 @@ func TestReadDebXZDictionary(t *testing.T) {
 // last member without its padding byte.
 func TestReadDebMembers(t *testing.T) {
 	ctl := arMember{"control.tar", tarBytes(t, "./control", controlText("members", "1", "all", ""))}
+	data := tarBytes(t, "./usr/share/doc/members/README", "hello\n")
+	// The data member is decompressed in full, so it must be real; one
+	// of odd size, for the missing padding byte.
+	var odd []byte
+	for i := 0; len(odd)%2 == 0; i++ {
+		odd = compress(t, "gz", tarBytes(t, "./usr/share/doc/members/README", strings.Repeat("x", i)))
+	}
 	tests := map[string][]byte{
 		"gnu names": arBytes(arMember{"debian-binary/", []byte("2.0\n")},
-			arMember{"control.tar/", ctl.data}, arMember{"data.tar.gz/", []byte("x")}),
+			arMember{"control.tar/", ctl.data}, arMember{"data.tar.gz/", compress(t, "gz", data)}),
 		"signature members": arBytes(arMember{"debian-binary", []byte("2.0\n")},
-			arMember{"_gpgbuilder", []byte("sig")}, ctl, arMember{"data.tar", []byte("x")}, arMember{"_gpgorigin", []byte("sig")}),
+			arMember{"_gpgbuilder", []byte("sig")}, ctl, arMember{"data.tar", data}, arMember{"_gpgorigin", []byte("sig")}),
 		"members after data": arBytes(arMember{"debian-binary", []byte("2.0\n")},
-			ctl, arMember{"data.tar", []byte("x")}, arMember{"future", []byte("y")}),
+			ctl, arMember{"data.tar", data}, arMember{"future", []byte("y")}),
 		"no final padding": bytes.TrimSuffix(arBytes(arMember{"debian-binary", []byte("2.0\n")},
-			ctl, arMember{"data.tar", []byte("odd")}), []byte("\n")),
+			ctl, arMember{"data.tar.gz", odd}), []byte("\n")),
 	}
 	for name, deb := range tests {
 		t.Run(name, func(t *testing.T) {
