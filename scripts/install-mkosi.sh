@@ -15,7 +15,6 @@ set -eu
 
 version=${MKOSI_VERSION:-25.3-7}
 suite=${MKOSI_SUITE:-trixie}
-root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}/mkosi
 dest=$cache/$version
 pypath=$dest/usr/lib/python3/dist-packages
@@ -78,10 +77,16 @@ set -- -o Dir::Etc::SourceList="$work/etc/sources.list" -o Dir::Etc::SourceParts
 	-o APT::Architecture="$(dpkg --print-architecture)" -o APT::Architectures="$(dpkg --print-architecture)" -o Debug::NoLocking=1 -o APT::Sandbox::User=root
 apt-get "$@" -q update >&2
 (cd "$work" && apt-get "$@" -q download "mkosi=$version" >&2)
-rm -rf "$dest.tmp"
-mkdir -p "$dest.tmp"
-dpkg-deb -x "$work"/mkosi_*_all.deb "$dest.tmp"
-rm -rf "$dest"
-mv "$dest.tmp" "$dest"
-touch "$dest/.complete"
+# Unpacked beside its destination under a name of its own, so that two
+# installs at once never share a staging directory; the first to finish
+# wins, and the other finds it complete.
+mkdir -p "$cache"
+stage=$(mktemp -d "$cache/.$version.XXXXXX")
+trap 'rm -rf "$work" "$stage"' EXIT
+dpkg-deb -x "$work"/mkosi_*_all.deb "$stage"
+touch "$stage/.complete"
+if [ ! -f "$dest/.complete" ]; then
+	rm -rf "$dest"
+	mv -T "$stage" "$dest" 2>/dev/null || [ -f "$dest/.complete" ]
+fi
 print "${1:-}"
