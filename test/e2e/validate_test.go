@@ -120,3 +120,36 @@ func packerValidate(t *testing.T, env *builderEnv, tmpl string, tt hostileCase) 
 		t.Errorf("packer validate printed %d bytes: a refused value must be quoted, not echoed whole", len(out))
 	}
 }
+
+// TestPackerValidateBuilder: the podvm-rootfs builder's hostile settings,
+// refused by packer validate before anything is built or removed.
+func TestPackerValidateBuilder(t *testing.T) {
+	env := setupBuilderEnv(t)
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open-cache")
+	must(t, os.Mkdir(open, 0o777))
+	must(t, os.Chmod(open, 0o777))
+	must(t, os.Chown(open, 65534, 65534)) // nobody
+	out := filepath.Join(dir, "out")
+	tests := []hostileCase{
+		{"a plain build validates", ``, nil, ""},
+		{"output_image a device", `output_image = "/dev/sda"`, nil, "output_image"},
+		{"output_image in /proc", `output_image = "/proc/self/mem"`, nil, "output_image"},
+		{"output_tarball in /sys", `output_tarball = "/sys/podvm.tar.zst"`, nil, "output_tarball"},
+		{"disk_size too small", `disk_size = "1M"`, nil, "disk_size"},
+		{"cache_dir anyone may write", `cache_dir = "` + open + `"`, nil, "cache_dir"},
+		{"suite with CR", `suite = "trixie\rx"`, nil, "suite"},
+		{"kernel_cmdline with LF", `kernel_cmdline = "quiet\ninit=/bin/sh"`, nil, "kernel_cmdline"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmpl := builderTemplate(out, "  format = \"qcow2\"\n  "+tt.body, "")
+			packerValidate(t, env, tmpl, tt)
+		})
+	}
+	// output_directory is the template's own argument: /var/lib would be
+	// removed, with every process rooted below it killed, by -force.
+	t.Run("output_directory /var/lib", func(t *testing.T) {
+		packerValidate(t, env, builderTemplate("/var/lib", "", ""), hostileCase{want: "output_directory"})
+	})
+}
