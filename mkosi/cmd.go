@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
@@ -71,6 +72,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 2
 	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(stderr, "mkosi: warning:", w)
+	}
 	// The tree mounts the module cache from this host: its path is
 	// settled here, where the build runs.
 	if o := &res.Options; o.BuildCache != "no" {
@@ -78,7 +82,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "mkosi:", err)
 			return 2
 		}
-		if err := modcache.Trusted(o.CacheDir); err != nil {
+		if err := trustModuleCache(o.CacheDir, o.EnableGPU); err != nil {
 			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
 			o.BuildCache = "no"
 		}
@@ -143,18 +147,27 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if o := res.Options; o.BuildCache != "no" && o.EnableGPU {
-		// mkosi refuses to mount a missing directory.
-		if err := os.MkdirAll(modcache.Dir(o.CacheDir), 0o755); err != nil {
-			fmt.Fprintln(stderr, "mkosi: module cache:", err)
-			return 1
-		}
-	}
 	fmt.Fprintf(stdout, "mkosi: wrote %d files for %s into %s\n", len(files), t, *out)
 	if res.Options.EnableGPU {
 		fmt.Fprintf(stdout, "build with: mkosi -C %s build   (profile %s selected; --profile= builds without the GPU stack)\n", *out, Profile)
 	}
 	return 0
+}
+
+// trustModuleCache checks the module cache the tree will mount. Inside
+// mkosi's sandbox only the mounted directory is seen, so every level from
+// the cache root down to it is checked here, on the host, and created when
+// missing (mkosi refuses to mount a missing directory). With the GPU stack
+// off nothing is mounted, and only the root is checked.
+func trustModuleCache(root string, gpu bool) error {
+	if !gpu {
+		return modcache.Trusted(root)
+	}
+	d, err := cachedir.OpenDir(root, modcache.Dir(root), true)
+	if err != nil {
+		return err
+	}
+	return d.Close()
 }
 
 // checkBin says whether bin can be what the tree's scripts run on the

@@ -92,3 +92,65 @@ func TestGeneratorRefusesBadHostPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestGeneratorWarnsAndChecksCacheLevels: explicit settings that others
+// make useless are named on stderr, as plan and the provisioner name them;
+// and a module cache whose modules/ level anyone may write is not mounted
+// into the build (inside mkosi's sandbox only that level is seen, so the
+// host checks every level).
+func TestGeneratorWarnsAndChecksCacheLevels(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "podvm")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	open := filepath.Join(cache, "modules")
+	if err := os.MkdirAll(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		want    []string
+		notWant []string
+	}{
+		{"ignored hook mode", []string{"--enable-nvidia-gpu=no", "--nvidia-hook-mode=cdi"},
+			[]string{"mkosi: warning:", "--nvidia-hook-mode"}, nil},
+		// With the GPU stack off nothing is mounted: only the root counts.
+		{"modules/ writable by all, GPU off", []string{"--enable-nvidia-gpu=no", "--build-cache-dir", cache}, nil, []string{"module cache off"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "tree")
+			var stderr bytes.Buffer
+			rc := RunCommand(context.Background(), append([]string{"--output", out, "--podvm-bin", exe, "--distribution", "debian", "--release", "13"}, tt.args...), io.Discard, &stderr)
+			if rc != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", rc, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr has %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+	if got := trustModuleCache(cache, true); got == nil {
+		t.Error("trustModuleCache accepted a modules/ level anyone may write")
+	}
+	fine := filepath.Join(dir, "fine")
+	if err := trustModuleCache(fine, true); err != nil {
+		t.Errorf("trustModuleCache on a fresh root: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(fine, "modules")); err != nil || !fi.IsDir() {
+		t.Errorf("trustModuleCache did not create the mounted level: %v", err)
+	}
+}
