@@ -322,6 +322,7 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 			}
 		}
 		assertOwnerMode(t, filepath.Join(rootfs, "usr/libexec/podvm-gpu/has-nvidia-gpu"), 0o755)
+		assertOwnerMode(t, filepath.Join(rootfs, "usr/libexec/podvm-gpu/nvidia-cdi-generate"), 0o755)
 	})
 
 	repo := filepath.Join(rootfs, "opt/local-packages")
@@ -445,6 +446,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		"etc/nvidia/current/nvidia-load.conf",
 		"etc/dkms/framework.conf.d/podvm-gpu.conf",
 		"usr/libexec/podvm-gpu/has-nvidia-gpu",
+		"usr/libexec/podvm-gpu/nvidia-cdi-generate",
 		"etc/systemd/system/nvidia-cdi-generate.service",
 		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
 		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
