@@ -66,11 +66,11 @@ func TestPackerValidateProvisioner(t *testing.T) {
 		{"module key /dev/zero", `
     nvidia_module_signing      = "key"
     nvidia_module_signing_key  = "/dev/zero"
-    nvidia_module_signing_cert = "/dev/zero"`, nil, "nvidia_module_signing_key"},
+    nvidia_module_signing_cert = "/dev/zero"`, nil, "is a character device, not a regular"},
 		{"module key a FIFO", `
     nvidia_module_signing      = "key"
     nvidia_module_signing_key  = "` + fifo + `"
-    nvidia_module_signing_cert = "` + fifo + `"`, nil, "nvidia_module_signing_key"},
+    nvidia_module_signing_cert = "` + fifo + `"`, nil, "is a FIFO, not a regular"},
 		{"repository key /dev/zero", `local_repo_signing_key = "/dev/zero"`, nil, "local_repo_signing_key"},
 		{"repository key a FIFO", `local_repo_signing_key = "` + fifo + `"`, nil, "local_repo_signing_key"},
 		{"toolkit keyring /dev/zero", `nvidia_container_toolkit_repo_keyring = "/dev/zero"`, nil, "nvidia_container_toolkit_repo_keyring"},
