@@ -614,7 +614,7 @@ func indexFiles(pkgs []Package, opts Options) ([]indexFile, error) {
 	release := releaseFile(opts.Origin, opts.Label, opts.Date, archs, indexes, opts.AllDigests)
 	for i, line := range strings.Split(string(release), "\n") {
 		if len(line) > maxReleaseLine {
-			return nil, fmt.Errorf("Release line %d would be %d bytes, more than the %d allowed: GnuPG breaks clearsigned lines near 20,000 bytes", i+1, len(line), maxReleaseLine)
+			return nil, fmt.Errorf("the Release file's line %d would be %d bytes, more than the %d allowed: GnuPG breaks clearsigned lines near 20,000 bytes", i+1, len(line), maxReleaseLine)
 		}
 	}
 	detached, err := opts.Signer.detachSign(release, opts.Date)
