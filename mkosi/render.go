@@ -392,9 +392,9 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			return err
 		}
 	case gpustack.VerifyRepo:
-		closure := "partial"
-		if a.Closure {
-			closure = "full"
+		closure := "full"
+		if a.ImageStatus() {
+			closure = "partial"
 		}
 		fmt.Fprintf(b, "verify_repo %s %s %s %s\n", sq(a.Dir), sq(a.Keyring), closure, sq(strings.Join(a.Packages, " ")))
 	case gpustack.VerifyExecutable:
@@ -623,6 +623,8 @@ func (r *renderer) script(kind string, steps []string, tail string) string {
 	fmt.Fprintf(&b, "target_distribution=%s\ntarget_release=%s\nkernels_setting=%s\n",
 		sq(t.Distro), sq(t.Codename), sq(r.p.KernelSelection))
 	b.WriteString(prelude)
+	// The apt half of VerifyRepo, shared with the provisioner.
+	b.WriteString("\n" + gpustack.VerifyRepoShell)
 	for _, s := range steps {
 		b.WriteString("\n" + s)
 	}

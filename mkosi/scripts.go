@@ -106,12 +106,12 @@ check_modules() {
 
 # verify_repo DIR KEYRING CLOSURE PACKAGE-TEMPLATES: the offline self-test
 # a driver container runs: apt with the baked repository as its only
-# source, then a simulated install of each package from it. CLOSURE=full:
-# the repository holds every dependency, so apt starts from an empty dpkg
-# status; otherwise the image's own status supplies what the repository
-# leaves out. The image's own apt runs it where the image has one; a
-# minimal image has none, and then the build host's apt reads the
-# repository in $BUILDROOT.
+# source must take each package from it (verify_repo_apt, which the
+# provisioner runs too). CLOSURE=full: the repository holds every
+# dependency, so apt starts from an empty dpkg status; otherwise from a
+# copy of the image's, which supplies what the repository leaves out. The
+# image's own apt runs it where the image has one; a minimal image has
+# none, and then the build host's apt reads the repository in $BUILDROOT.
 verify_repo() {
 	# Not /var/tmp, /tmp or /run: mkosi-chroot mounts fresh ones over them.
 	work=$(mktemp -d "$BUILDROOT/var/lib/podvm-verify.XXXXXX")
@@ -121,35 +121,21 @@ verify_repo() {
 	else
 		apt=/usr/bin/apt-get root=$BUILDROOT d=$work
 	fi
-	mkdir -p "$work/parts" "$work/lists/partial" "$work/archives/partial"
-	: >"$work/sources.list"
-	: >"$work/status"
-	printf 'Types: deb\nURIs: file://%s\nSuites: ./\nSigned-By: %s\n' "$root$1" "$root$2" >"$work/parts/local.sources"
-	# Paths here never hold spaces (the settings refuse them), so opts
-	# splits safely.
-	opts="-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=$d/parts
-		-o Dir::State::Lists=$d/lists -o Dir::Cache::Archives=$d/archives
-		-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Debug::NoLocking=1"
+	mkdir -p "$work/sources.list.d" "$work/preferences.d" "$work/lists/partial" "$work/archives/partial"
 	if [ "$3" = full ]; then
-		# An empty dpkg status, as in a driver container: the repository
-		# alone must satisfy every dependency.
-		opts="$opts -o Dir::State::Status=$d/status"
-		from="$1 alone"
+		: >"$work/status"
 	else
-		# The image's status: what is installed there satisfies the rest;
-		# --reinstall makes apt take each package from the repository even
-		# where the image has it installed already.
-		opts="$opts -o Dir::State::Status=$root/var/lib/dpkg/status --reinstall"
-		from="$1 with the image's installed packages"
+		cp "$BUILDROOT/var/lib/dpkg/status" "$work/status"
 	fi
-	$apt -q $opts update || die "apt refused the local repository $1"
+	printf 'Types: deb\nURIs: file://%s\nSuites: ./\nSigned-By: %s\n' "$root$1" "$root$2" >"$work/sources.list.d/local.sources"
+	pkgs=
 	for k in $kernels; do
 		for p in $4; do
-			p=$(echo "$p" | sed "s/{kernel}/$k/g")
-			$apt -q $opts -s install "$p" >/dev/null || die "apt cannot install $p from the local repository $1"
-			echo "  apt: $p installs from $from"
+			pkgs="$pkgs $(echo "$p" | sed "s/{kernel}/$k/g")"
 		done
 	done
+	# shellcheck disable=SC2086 # package names hold no blanks or globs: one word each.
+	verify_repo_apt "$apt" "$d" $pkgs || die "the local repository $1 failed its self-test"
 	rm -rf "$work"
 	trap - EXIT
 }

@@ -393,31 +393,26 @@ func (e *executor) aptSource(ctx context.Context, a gpustack.AptSource) error {
 	return e.writeFile(ctx, a.SourcesPath(), []byte(a.Deb822()), 0o644, "root:root")
 }
 
-// aptPrivate are apt options that confine apt to a private directory $d:
-// its own sources, preferences, lists, status and caches. The image's apt
-// state is neither read nor written.
-const aptPrivate = `-o Dir::Etc::SourceList="$d/none.list" -o Dir::Etc::SourceParts="$d/sources.list.d" ` +
-	`-o Dir::Etc::Preferences="$d/none.pref" -o Dir::Etc::PreferencesParts="$d/preferences.d" ` +
-	`-o Dir::State::Lists="$d/lists" -o Dir::State::status="$d/status" -o Dir::Cache::archives="$d/archives" ` +
-	`-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root -o Acquire::Languages=none`
-
 // verifyRepoCommand is the offline self-test: apt with the baked repository
-// as its only source must accept the signature and resolve the packages.
-// With the full closure nothing is installed (an empty dpkg status): the
-// repository alone must satisfy every dependency. Without it a copy of the
-// image's own dpkg status supplies what the repository leaves out. Any
-// warning from update (a bad signature is one on some apt versions) fails
-// it.
+// as its only source must accept the signature and take the packages from
+// it. gpustack.VerifyRepoShell holds the apt half, which the mkosi scripts
+// run too.
 func verifyRepoCommand(a gpustack.VerifyRepo) string {
+	return verifyRepoScript(a, "/var/lib/dpkg/status")
+}
+
+// verifyRepoScript is verifyRepoCommand with the image's dpkg status at
+// imageStatus, so that a test can run it on a host with a status of its
+// own.
+func verifyRepoScript(a gpustack.VerifyRepo, imageStatus string) string {
 	src := bake.Sources(a.Dir, a.Keyring)
 	status := `: > "$d/status"`
-	if !a.Closure {
-		status = `cp /var/lib/dpkg/status "$d/status"`
+	if a.ImageStatus() {
+		status = `cp ` + shellQuote(imageStatus) + ` "$d/status"`
 	}
-	return `d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
+	return gpustack.VerifyRepoShell +
+		`d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
 		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && ` + status + ` && ` +
 		`printf '%s' ` + shellQuote(src) + ` > "$d/sources.list.d/local.sources" && ` +
-		`out=$(apt-get ` + aptPrivate + ` update 2>&1); rc=$?; printf '%s\n' "$out"; [ $rc -eq 0 ] || exit $rc; ` +
-		`if printf '%s\n' "$out" | grep -q '^[WE]:'; then echo "apt reported problems reading the baked repository" >&2; exit 1; fi; ` +
-		`apt-get ` + aptPrivate + ` install -s ` + quoteAll(a.Packages...)
+		`verify_repo_apt apt-get "$d" ` + quoteAll(a.Packages...)
 }
