@@ -57,6 +57,9 @@ func runPlan(args []string) int {
 		return 2
 	}
 	t.Kernels, t.KernelsAtBuildTime = *kernels, len(*kernels) == 0
+	for _, w := range res.Options.TargetWarnings(t) {
+		fmt.Fprintln(os.Stderr, "plan: warning:", w)
+	}
 	p, err := gpustack.NewPlan(res.Options, t)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)

@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // File names in the output directory.
@@ -24,7 +26,9 @@ const (
 	ConfigMapFile = "gpu-operator-repo-configmap.yaml"
 	ValuesFile    = "gpu-operator-values.yaml"
 	// NVIDIADriverFile selects the ConfigMap through the NVIDIADriver
-	// resource (repoConfig.name), the operator's default since 2026-06.
+	// resource (repoConfig.name), which the operator reads only with the
+	// chart's driver.nvidiaDriverCRD.enabled=true (default false). It is
+	// written only with a driver version.
 	NVIDIADriverFile = "gpu-operator-nvidiadriver.yaml"
 	KeyFile          = "keyring.asc"
 	ManifestFile     = "manifest.json"
@@ -33,11 +37,9 @@ const (
 	ModuleCertPEMFile = "module-signing.pem"
 )
 
-// Defaults for the GPU Operator objects.
-const (
-	DefaultConfigMap = "podvm-local-packages"
-	DefaultNamespace = "gpu-operator"
-)
+// DefaultConfigMap names the GPU Operator's repository ConfigMap and the
+// NVIDIADriver that selects it.
+const DefaultConfigMap = "podvm-local-packages"
 
 // Manifest records everything the build put in the image. It is written
 // into the repository directory in the image and into the output directory.
@@ -154,7 +156,8 @@ func NewRepo(path, keyring, fingerprint string, pkgs []aptrepo.Package) *Repo {
 }
 
 // Sources is the deb822 entry for a flat repository at repoPath. signedBy is
-// a keyring path or an armored key block, which is inlined (apt >= 2.4).
+// a keyring path or an armored key block, which is inlined (apt has read
+// embedded keys in Signed-By since 2.3.10).
 // Flat repositories take "Suites: ./" and no Components line: apt rejects
 // a flat entry that has one.
 func Sources(repoPath, signedBy string) string {
@@ -178,42 +181,65 @@ func ConfigMap(name, namespace, repoPath string, armoredKey []byte) ([]byte, err
 	return marshalYAML(cm)
 }
 
-// HelmValues is the gpu-operator chart values snippet that selects the
-// ConfigMap. Mounting the node's repository directory into the driver
-// container is a separate step, described in docs/gpu-operator.md.
-func HelmValues(configMap string) ([]byte, error) {
-	v := map[string]any{
-		"driver": map[string]any{
-			"repoConfig": map[string]any{"configMapName": configMap},
-		},
+// HelmValues is the gpu-operator chart values snippet (ClusterPolicy) that
+// selects the ConfigMap. It keeps nvidiaDriverCRD.enabled false, the
+// chart's default, so the ClusterPolicy manages the driver; it names the
+// driver container of op, and pins its version where op has one.
+func HelmValues(configMap string, op gpustack.GPUOperator) ([]byte, error) {
+	driver := map[string]any{
+		"nvidiaDriverCRD": map[string]any{"enabled": false},
+		"repoConfig":      map[string]any{"configMapName": configMap},
+		"repository":      op.Repository,
+		"image":           op.Image,
 	}
-	b, err := marshalYAML(v)
+	if op.Version != "" {
+		driver["version"] = op.Version
+	}
+	b, err := marshalYAML(map[string]any{"driver": driver})
 	if err != nil {
 		return nil, err
 	}
-	head := "# gpu-operator Helm values (ClusterPolicy): the driver container installs\n" +
+	var head strings.Builder
+	head.WriteString("# gpu-operator Helm values (ClusterPolicy): the driver container installs\n" +
 		"# kernel headers from the node-local repository, which the image binds\n" +
 		"# read-only below /run/nvidia, the host directory the driver DaemonSet\n" +
-		"# mounts already. See docs/gpu-operator.md.\n"
-	return append([]byte(head), b...), nil
+		"# mounts already. Install the chart into namespace " + op.Namespace + " (helm -n),\n" +
+		"# where " + ConfigMapFile + " puts the ConfigMap. See docs/gpu-operator.md.\n")
+	if op.Version == "" {
+		head.WriteString("# driver.version is the chart's: gpu_operator_driver_version was not set,\n" +
+			"# so no " + NVIDIADriverFile + " was written either.\n")
+	}
+	return append([]byte(head.String()), b...), nil
 }
 
 // NVIDIADriver is an NVIDIADriver resource (nvidia.com/v1alpha1, cluster
-// scoped) whose repoConfig names the ConfigMap; the CRD's defaults apply to
-// the rest (image). It follows the CRD in NVIDIA/gpu-operator's
-// config/crd/bases/nvidia.com_nvidiadrivers.yaml as read at commit
-// 04744073 (spec.driverType, required, enum gpu|vgpu|vgpu-host-manager;
-// spec.repoConfig.name).
-func NVIDIADriver(configMap string) ([]byte, error) {
+// scoped) whose repoConfig names the ConfigMap and whose driver container
+// is op's. Without a version the operator would pull an image path with no
+// tag, so op without one is refused: such a resource is never written.
+// Its fields follow the CRD in NVIDIA/gpu-operator's
+// config/crd/bases/nvidia.com_nvidiadrivers.yaml at a22dbf67 (required:
+// default, driverType, image; driverType one of gpu|vgpu|vgpu-host-manager;
+// repository, image and version all set or the operator refuses them),
+// which bake's tests check.
+func NVIDIADriver(configMap string, op gpustack.GPUOperator) ([]byte, error) {
+	if op.Version == "" || op.Repository == "" || op.Image == "" {
+		return nil, fmt.Errorf("NVIDIADriver: repository %q, image %q and version %q must all be set (gpu_operator_driver_*)", op.Repository, op.Image, op.Version)
+	}
 	d := map[string]any{
 		"apiVersion": "nvidia.com/v1alpha1",
 		"kind":       "NVIDIADriver",
 		"metadata": map[string]any{
-			"name":   "podvm-local-packages",
+			"name":   DefaultConfigMap,
 			"labels": map[string]string{"app.kubernetes.io/managed-by": "packer-plugin-podvm"},
 		},
 		"spec": map[string]any{
+			// Not the fallback: the chart's own default NVIDIADriver
+			// keeps serving the nodes this one does not select.
+			"default":    false,
 			"driverType": "gpu",
+			"repository": op.Repository,
+			"image":      op.Image,
+			"version":    op.Version,
 			"repoConfig": map[string]any{"name": configMap},
 		},
 	}
@@ -221,9 +247,15 @@ func NVIDIADriver(configMap string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	head := "# An NVIDIADriver resource whose driver container installs kernel headers\n" +
-		"# from the node-local repository (ConfigMap " + configMap + "). Set the\n" +
-		"# nodeSelector, image and version your cluster uses. See docs/gpu-operator.md.\n"
+	head := "# An NVIDIADriver whose driver container installs kernel headers from the\n" +
+		"# node-local repository (ConfigMap " + configMap + " in namespace " + op.Namespace + ").\n" +
+		"# The operator reads it only when installed with\n" +
+		"# driver.nvidiaDriverCRD.enabled=true (the chart's default is false, and\n" +
+		"# " + ValuesFile + " keeps it so). Its driver pods pull\n" +
+		"# " + op.Repository + "/" + op.Image + ":" + op.Version + "-<ID><VERSION_ID> of the node, such as\n" +
+		"# " + op.Repository + "/" + op.Image + ":" + op.Version + "-ubuntu24.04. Without a nodeSelector it\n" +
+		"# takes every GPU node; add one when nodes of other images need their own.\n" +
+		"# See docs/gpu-operator.md.\n"
 	return append([]byte(head), b...), nil
 }
 
@@ -251,7 +283,9 @@ type Set struct {
 	ArmoredKey  []byte // the repository's public key, armored
 	Manifest    Manifest
 	ConfigMap   string // defaults to DefaultConfigMap
-	Namespace   string // defaults to DefaultNamespace
+	// Operator is the GPU Operator the objects are for; empty fields take
+	// the settings' defaults. Without a Version no NVIDIADriver is written.
+	Operator gpustack.GPUOperator
 	// ModuleCert is the module signing certificate (DER), nil for none.
 	ModuleCert []byte
 }
@@ -262,22 +296,28 @@ func Write(dir string, s Set) ([]string, error) {
 	if s.ConfigMap == "" {
 		s.ConfigMap = DefaultConfigMap
 	}
-	if s.Namespace == "" {
-		s.Namespace = DefaultNamespace
+	op := &s.Operator
+	for _, d := range []struct {
+		v   *string
+		def string
+	}{
+		{&op.Namespace, gpustack.DefaultOperatorNamespace},
+		{&op.Repository, gpustack.DefaultOperatorDriverRepository},
+		{&op.Image, gpustack.DefaultOperatorDriverImage},
+	} {
+		if *d.v == "" {
+			*d.v = d.def
+		}
 	}
 	consumer := s.RepoPath
 	if s.ExposePath != "" {
 		consumer = s.ExposePath
 	}
-	cm, err := ConfigMap(s.ConfigMap, s.Namespace, consumer, s.ArmoredKey)
+	cm, err := ConfigMap(s.ConfigMap, op.Namespace, consumer, s.ArmoredKey)
 	if err != nil {
 		return nil, err
 	}
-	values, err := HelmValues(s.ConfigMap)
-	if err != nil {
-		return nil, err
-	}
-	driver, err := NVIDIADriver(s.ConfigMap)
+	values, err := HelmValues(s.ConfigMap, *op)
 	if err != nil {
 		return nil, err
 	}
@@ -293,9 +333,18 @@ func Write(dir string, s Set) ([]string, error) {
 		{SourcesFile, []byte(Sources(consumer, s.KeyringPath))},
 		{ConfigMapFile, cm},
 		{ValuesFile, values},
-		{NVIDIADriverFile, driver},
 		{KeyFile, s.ArmoredKey},
 		{ManifestFile, manifest},
+	}
+	// A resource that names no image tag would fail on every node, so
+	// none is written without a version; the build's warning and the
+	// values' header say so.
+	if op.Version != "" {
+		driver, err := NVIDIADriver(s.ConfigMap, *op)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, namedFile{NVIDIADriverFile, driver})
 	}
 	if s.ModuleCert != nil {
 		if _, err := x509.ParseCertificate(s.ModuleCert); err != nil {

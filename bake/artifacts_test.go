@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 
 	"gopkg.in/yaml.v3"
 )
@@ -38,71 +40,88 @@ func TestSources(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "out")
-	m := Manifest{Generator: "test", Created: "2023-11-14T22:13:20Z", Kernels: []string{"6.12.57+deb13-amd64"},
-		Repo: &Repo{Path: "/opt/local-packages", Fingerprint: "ABCD", Packages: []Package{{Name: "linux-headers-6.12.57+deb13-amd64", Version: "6.12.57-1"}}}}
-	paths, err := Write(dir, Set{RepoPath: "/opt/local-packages", ExposePath: "/run/nvidia/local-packages",
-		KeyringPath: "/usr/share/keyrings/k.gpg", ArmoredKey: []byte(testKey), Manifest: m})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		op   gpustack.GPUOperator
+		// wantNS is the ConfigMap's namespace.
+		wantNS string
+		// wantImage is the image the operator pulls on an Ubuntu 24.04
+		// node; "" where no NVIDIADriver may be written.
+		wantImage string
+	}{
+		{"no version: no NVIDIADriver", gpustack.GPUOperator{}, "gpu-operator", ""},
+		{"defaults and a version", gpustack.GPUOperator{Version: "595.91.07"}, "gpu-operator",
+			"nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"},
+		{"OpenShift namespace, a mirror", gpustack.GPUOperator{Namespace: "nvidia-gpu-operator",
+			Repository: "mirror.example:5000/nvidia", Image: "driver", Version: "570.172.08"},
+			"nvidia-gpu-operator", "mirror.example:5000/nvidia/driver:570.172.08-ubuntu24.04"},
 	}
-	if len(paths) != 6 {
-		t.Fatalf("wrote %d files, want 6: %v", len(paths), paths)
-	}
-	for _, p := range paths {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Mode().Perm() != 0o644 {
-			t.Errorf("%s: mode %o, want 644", p, fi.Mode().Perm())
-		}
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 6 {
-		t.Errorf("output dir has %d entries, want 6 (no temp files left)", len(entries))
-	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "out")
+			m := Manifest{Generator: "test", Created: "2023-11-14T22:13:20Z", Kernels: []string{"6.12.57+deb13-amd64"},
+				Repo: &Repo{Path: "/opt/local-packages", Fingerprint: "ABCD", Packages: []Package{{Name: "linux-headers-6.12.57+deb13-amd64", Version: "6.12.57-1"}}}}
+			paths, err := Write(dir, Set{RepoPath: "/opt/local-packages", ExposePath: "/run/nvidia/local-packages",
+				KeyringPath: "/usr/share/keyrings/k.gpg", ArmoredKey: []byte(testKey), Manifest: m, Operator: tt.op})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 5 // sources, ConfigMap, values, key, manifest
+			if tt.wantImage != "" {
+				want++
+			}
+			if len(paths) != want {
+				t.Fatalf("wrote %d files, want %d: %v", len(paths), want, paths)
+			}
+			for _, p := range paths {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != 0o644 {
+					t.Errorf("%s: mode %o, want 644", p, fi.Mode().Perm())
+				}
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) != want {
+				t.Errorf("output dir has %d entries, want %d (no temp files left)", len(entries), want)
+			}
+			_, err = os.Stat(filepath.Join(dir, NVIDIADriverFile))
+			if tt.wantImage == "" && !os.IsNotExist(err) {
+				t.Errorf("%s written without a driver version (stat: %v)", NVIDIADriverFile, err)
+			}
 
-	var cm struct {
-		Kind     string
-		Metadata struct{ Name, Namespace string }
-		Data     map[string]string
-	}
-	readYAML(t, filepath.Join(dir, ConfigMapFile), &cm)
-	if cm.Kind != "ConfigMap" || cm.Metadata.Name != DefaultConfigMap || cm.Metadata.Namespace != DefaultNamespace {
-		t.Errorf("configmap header: %+v", cm)
-	}
-	src := cm.Data[SourcesFile]
-	// The driver container sees the repository where the image binds it.
-	for _, want := range []string{"URIs: file:///run/nvidia/local-packages\n", "Suites: ./\n", "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"} {
-		if !strings.Contains(src, want) {
-			t.Errorf("configmap sources lacks %q:\n%s", want, src)
-		}
-	}
-	if strings.Contains(src, "Components") {
-		t.Error("configmap sources has Components")
-	}
+			checkConfigMap(t, filepath.Join(dir, ConfigMapFile), tt.wantNS)
+			checkValues(t, filepath.Join(dir, ValuesFile), tt.op.Version)
+			if tt.wantImage != "" {
+				if got := checkNVIDIADriver(t, filepath.Join(dir, NVIDIADriverFile), "ubuntu24.04"); got != tt.wantImage {
+					t.Errorf("NVIDIADriver names image %q, want %q", got, tt.wantImage)
+				}
+			}
 
-	var values struct {
-		Driver struct {
-			RepoConfig struct {
-				ConfigMapName string `yaml:"configMapName"`
-			} `yaml:"repoConfig"`
-		}
+			var got Manifest
+			b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.SchemaVersion != 1 || got.Repo.Packages[0].Name != "linux-headers-6.12.57+deb13-amd64" {
+				t.Errorf("manifest: %+v", got)
+			}
+		})
 	}
-	readYAML(t, filepath.Join(dir, ValuesFile), &values)
-	if values.Driver.RepoConfig.ConfigMapName != DefaultConfigMap {
-		t.Errorf("values: %+v", values)
-	}
-	checkNVIDIADriver(t, filepath.Join(dir, NVIDIADriverFile))
+}
 
-	var got Manifest
-	b, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.SchemaVersion != 1 || got.Repo.Packages[0].Name != "linux-headers-6.12.57+deb13-amd64" {
-		t.Errorf("manifest: %+v", got)
+// TestNVIDIADriverNeedsVersion checks that no resource is made that names
+// no image tag.
+func TestNVIDIADriverNeedsVersion(t *testing.T) {
+	for _, op := range []gpustack.GPUOperator{
+		{Namespace: "gpu-operator", Repository: "nvcr.io/nvidia", Image: "driver"},
+		{Namespace: "gpu-operator", Image: "driver", Version: "595.91.07"},
+		{Namespace: "gpu-operator", Repository: "nvcr.io/nvidia", Version: "595.91.07"},
+	} {
+		if b, err := NVIDIADriver(DefaultConfigMap, op); err == nil {
+			t.Errorf("%+v: want an error, got\n%s", op, b)
+		}
 	}
 }
 
@@ -152,11 +171,100 @@ func TestWriteFileLeavesNoTemp(t *testing.T) {
 	}
 }
 
-// checkNVIDIADriver is the structural test of the NVIDIADriver resource
-// against the v1alpha1 CRD of NVIDIA/gpu-operator (config/crd/bases,
-// commit 04744073): cluster scoped, spec.driverType from its enum,
-// spec.repoConfig.name naming the ConfigMap, and no field the CRD lacks.
-func checkNVIDIADriver(t *testing.T, path string) {
+// The Kubernetes and operator rules the objects are checked against. The
+// NVIDIADriver's come from its CRD (NVIDIA/gpu-operator
+// config/crd/bases/nvidia.com_nvidiadrivers.yaml at a22dbf67: scope
+// Cluster; spec.required default, driverType, image; driverType enum
+// gpu|vgpu|vgpu-host-manager; kernelModuleType enum auto|open|proprietary;
+// a default NVIDIADriver has no nodeSelector) and from how the operator
+// joins the image (api/nvidia/v1alpha1 GetImagePath and internal/image
+// ImagePath at the same commit: repository, image and version all set,
+// then <repository>/<image>:<version>-<os>). The chart's values are
+// deployments/gpu-operator/values.yaml at a22dbf67.
+var (
+	// A ConfigMap's name is a DNS subdomain, its namespace a DNS label,
+	// its keys file names of [-._a-zA-Z0-9].
+	dnsSubdomainRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dnsLabelRe     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	configKeyRe    = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
+	// An image reference with a tag, as a registry accepts it: lowercase
+	// path components, the first a host with an optional port; a tag of
+	// at most 128 word characters, dots and dashes.
+	imageRefRe = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+)
+
+func checkConfigMap(t *testing.T, path, wantNS string) {
+	t.Helper()
+	var cm struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string
+		Metadata   struct{ Name, Namespace string }
+		Data       map[string]string
+	}
+	readYAML(t, path, &cm)
+	if cm.APIVersion != "v1" || cm.Kind != "ConfigMap" {
+		t.Errorf("ConfigMap header: %s %s", cm.APIVersion, cm.Kind)
+	}
+	if cm.Metadata.Name != DefaultConfigMap || !dnsSubdomainRe.MatchString(cm.Metadata.Name) || len(cm.Metadata.Name) > 253 {
+		t.Errorf("ConfigMap name %q", cm.Metadata.Name)
+	}
+	// The driver pods mount the ConfigMap, so it must be in their
+	// namespace, the operator's.
+	if cm.Metadata.Namespace != wantNS || !dnsLabelRe.MatchString(cm.Metadata.Namespace) {
+		t.Errorf("ConfigMap namespace %q, want %q", cm.Metadata.Namespace, wantNS)
+	}
+	for k := range cm.Data {
+		if !configKeyRe.MatchString(k) {
+			t.Errorf("ConfigMap key %q", k)
+		}
+	}
+	src := cm.Data[SourcesFile]
+	// The driver container sees the repository where the image binds it.
+	for _, want := range []string{"URIs: file:///run/nvidia/local-packages\n", "Suites: ./\n", "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("ConfigMap sources lack %q:\n%s", want, src)
+		}
+	}
+	if strings.Contains(src, "Components") {
+		t.Error("ConfigMap sources have Components")
+	}
+}
+
+// checkValues checks the Helm values against the chart's keys and types:
+// the ClusterPolicy keeps the driver (nvidiaDriverCRD.enabled false), the
+// repository is selected by configMapName, and the version is pinned only
+// when given.
+func checkValues(t *testing.T, path, version string) {
+	t.Helper()
+	var v map[string]map[string]any
+	readYAML(t, path, &v)
+	d := v["driver"]
+	known := map[string]bool{"nvidiaDriverCRD": true, "repoConfig": true, "repository": true, "image": true, "version": true}
+	for k := range d {
+		if !known[k] {
+			t.Errorf("values: driver.%s is not written by this tool", k)
+		}
+	}
+	if crd, _ := d["nvidiaDriverCRD"].(map[string]any); len(crd) != 1 || crd["enabled"] != false {
+		t.Errorf("values: driver.nvidiaDriverCRD %v, want {enabled: false}", d["nvidiaDriverCRD"])
+	}
+	if rc, _ := d["repoConfig"].(map[string]any); len(rc) != 1 || rc["configMapName"] != DefaultConfigMap {
+		t.Errorf("values: driver.repoConfig %v, want {configMapName: %s}", d["repoConfig"], DefaultConfigMap)
+	}
+	if got, _ := d["version"].(string); got != version {
+		t.Errorf("values: driver.version %v, want %q", d["version"], version)
+	}
+	for _, k := range []string{"repository", "image"} {
+		if s, ok := d[k].(string); !ok || s == "" {
+			t.Errorf("values: driver.%s %v, want a string", k, d[k])
+		}
+	}
+}
+
+// checkNVIDIADriver checks the NVIDIADriver against the CRD's rules and
+// returns the image the operator would pull on a node whose os-release
+// makes osTag (ubuntu24.04).
+func checkNVIDIADriver(t *testing.T, path, osTag string) string {
 	t.Helper()
 	var d map[string]any
 	readYAML(t, path, &d)
@@ -170,15 +278,23 @@ func checkNVIDIADriver(t *testing.T, path string) {
 		t.Errorf("NVIDIADriver header: %v %v", d["apiVersion"], d["kind"])
 	}
 	meta, _ := d["metadata"].(map[string]any)
-	if meta["name"] == nil || meta["namespace"] != nil {
+	if name, _ := meta["name"].(string); !dnsSubdomainRe.MatchString(name) || meta["namespace"] != nil {
 		t.Errorf("NVIDIADriver metadata %v: a name, and no namespace (cluster scoped)", meta)
 	}
 	spec, _ := d["spec"].(map[string]any)
-	specFields := map[string]bool{"driverType": true, "repoConfig": true}
+	specFields := map[string]bool{"default": true, "driverType": true, "repository": true, "image": true, "version": true, "repoConfig": true}
 	for k := range spec {
 		if !specFields[k] {
 			t.Errorf("NVIDIADriver: spec.%s is not written by this tool", k)
 		}
+	}
+	for _, k := range []string{"default", "driverType", "image"} {
+		if _, ok := spec[k]; !ok {
+			t.Errorf("NVIDIADriver: spec.%s is required", k)
+		}
+	}
+	if def, ok := spec["default"].(bool); !ok || def && spec["nodeSelector"] != nil {
+		t.Errorf("spec.default %v: a bool, and no nodeSelector on a default", spec["default"])
 	}
 	switch spec["driverType"] {
 	case "gpu", "vgpu", "vgpu-host-manager":
@@ -189,4 +305,15 @@ func checkNVIDIADriver(t *testing.T, path string) {
 	if len(rc) != 1 || rc["name"] != DefaultConfigMap {
 		t.Errorf("spec.repoConfig %v, want {name: %s}", rc, DefaultConfigMap)
 	}
+	repo, _ := spec["repository"].(string)
+	img, _ := spec["image"].(string)
+	ver, _ := spec["version"].(string)
+	if repo == "" || img == "" || ver == "" {
+		t.Fatalf("spec repository %q, image %q, version %q: the operator needs all three", repo, img, ver)
+	}
+	ref := repo + "/" + img + ":" + ver + "-" + osTag
+	if !imageRefRe.MatchString(ref) {
+		t.Errorf("the operator would pull %q, not an image reference", ref)
+	}
+	return ref
 }

@@ -266,6 +266,7 @@ func (s Spec) Artifacts(dir string, armoredKey []byte, m Manifest, moduleCert []
 		ArmoredKey:  armoredKey,
 		Manifest:    m,
 		ModuleCert:  moduleCert,
+		Operator:    s.Repo.Operator,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("writing host artifacts: %w", err)

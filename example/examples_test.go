@@ -21,6 +21,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/example"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 const (
@@ -233,6 +234,16 @@ func TestGPUOperatorConfigNames(t *testing.T) {
 		t.Errorf("nvidiadriver.yaml: kind %v repoConfig.name %v, want NVIDIADriver and %s",
 			cr["kind"], get(cr, "spec", "repoConfig", "name"), bake.DefaultConfigMap)
 	}
+	// The operator joins repository, image and version into the image it
+	// pulls; without all three it pulls an image that does not exist.
+	for _, k := range []string{"repository", "image", "version"} {
+		if s, _ := get(cr, "spec", k).(string); s == "" {
+			t.Errorf("nvidiadriver.yaml: spec.%s is empty", k)
+		}
+	}
+	if get(cr, "metadata", "name") != bake.DefaultConfigMap {
+		t.Errorf("nvidiadriver.yaml: name %v, want %s, the name the build gives it", get(cr, "metadata", "name"), bake.DefaultConfigMap)
+	}
 	if get(cr, "spec", "usePrecompiled") != false {
 		t.Errorf("nvidiadriver.yaml: usePrecompiled must be false: precompiled drivers ignore repoConfig")
 	}
@@ -314,7 +325,7 @@ func TestArtifacts(t *testing.T) {
 	if cm["apiVersion"] != "v1" || cm["kind"] != "ConfigMap" {
 		t.Errorf("ConfigMap: apiVersion %v kind %v", cm["apiVersion"], cm["kind"])
 	}
-	if get(cm, "metadata", "name") != bake.DefaultConfigMap || get(cm, "metadata", "namespace") != bake.DefaultNamespace {
+	if get(cm, "metadata", "name") != bake.DefaultConfigMap || get(cm, "metadata", "namespace") != gpustack.DefaultOperatorNamespace {
 		t.Errorf("ConfigMap: name %v namespace %v", get(cm, "metadata", "name"), get(cm, "metadata", "namespace"))
 	}
 	data, _ := cm["data"].(map[string]any)

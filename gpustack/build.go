@@ -220,6 +220,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			OutputDir:   o.OutputDir,
 			ModuleCert:  p.ModuleSigning.CertDER,
 			ExposePath:  o.RepoExposePath,
+			Operator:    o.GPUOperator(),
 		}
 		if !o.EnableGPU {
 			p.add("apt-update", "Refreshing package lists", AptUpdate{})

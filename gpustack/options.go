@@ -83,6 +83,12 @@ type Options struct {
 	RepoExposePath    string // "" when not exposed
 	OutputDir         string
 
+	// The GPU Operator the written objects are for (see GPUOperator).
+	OperatorNamespace        string
+	OperatorDriverRepository string
+	OperatorDriverImage      string
+	OperatorDriverVersion    string // "" writes no NVIDIADriver
+
 	HoldPackages    bool
 	Verify          bool
 	SourceDateEpoch int64 // -1: now
@@ -222,7 +228,7 @@ func Resolve(in Input) (Resolved, error) {
 	if len(errs) > 0 {
 		return Resolved{}, &SettingsError{Errs: errs}
 	}
-	res.Warnings = res.Options.ignored(res.Origin)
+	res.Warnings = append(res.Options.ignored(res.Origin), res.Options.operatorWarnings()...)
 	return res, nil
 }
 
@@ -246,6 +252,10 @@ func (o Options) ignored(origin map[string]Source) []string {
 			}
 		}
 	}
+	if !o.RepoEnabled() {
+		warn([]string{"gpu_operator_namespace", "gpu_operator_driver_repository", "gpu_operator_driver_image",
+			"gpu_operator_driver_version"}, "local_repo is off, so no GPU Operator objects are written")
+	}
 	if !o.EnableGPU {
 		warn([]string{"nvidia_module_signing", "nvidia_cuda_repo_url", "nvidia_cuda_repo_keyring",
 			"nvidia_hook_mode", "nvidia_container_toolkit_version", "nvidia_container_toolkit_repo_url",
@@ -261,6 +271,16 @@ func (o Options) ignored(origin map[string]Source) []string {
 			"nvidia_container_toolkit_repo_keyring"}, "nvidia_container_toolkit is no")
 	}
 	return warns
+}
+
+// operatorWarnings say what a node image's build leaves out of the GPU
+// Operator's objects. Only the node profile warns: its operator is the
+// consumer of the objects, while a pod VM image carries its own driver.
+func (o Options) operatorWarnings() []string {
+	if !o.NodeProfile() || o.OperatorDriverVersion != "" {
+		return nil
+	}
+	return []string{"gpu_operator_driver_version is not set, so no gpu-operator-nvidiadriver.yaml is written: an NVIDIADriver without a version makes the operator pull an image path with no tag, which does not exist. The ConfigMap and the Helm values (ClusterPolicy) are written; set gpu_operator_driver_version (such as 595.91.07) for the NVIDIADriver too."}
 }
 
 // crossCheck rejects combinations that no target can satisfy.

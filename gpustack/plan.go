@@ -356,6 +356,9 @@ type BakeRepo struct {
 	// the bake copies beside the image and records in the manifest; "" when
 	// the modules are not signed by the build.
 	ModuleCert string
+	// Operator is what the GPU Operator objects written beside the image
+	// name: its namespace and driver container.
+	Operator GPUOperator
 }
 
 // SourcesPath is the in-image sources file when SourcesFile is set.

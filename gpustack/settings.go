@@ -93,6 +93,16 @@ var (
 	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	kernelRe      = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
 	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
+	// Image references as the operator joins them:
+	// <repository>/<image>:<version>-<os>. A component is lowercase, as a
+	// reference's path must be; the repository's first one is a host and
+	// may carry a port.
+	imageRepositoryRe = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+	imageNameRe       = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+	// The driver containers are tagged by whole driver versions; a branch
+	// alone names no tag.
+	operatorDriverVersionRe = regexp.MustCompile(`^[0-9]{3,4}\.[0-9]+(\.[0-9]+)?$`)
+	namespaceRe             = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 )
 
 // ValidKernel reports whether s is a kernel release as the image's
@@ -224,6 +234,14 @@ var (
 		},
 		"newest, all, or a list of kernel versions such as 6.12.57+deb13-amd64",
 	)
+	checkNamespace = okIf(validNamespace,
+		"a Kubernetes namespace name: at most 63 lowercase letters, digits and -, beginning and ending with a letter or digit")
+	checkImageRepository = matches(imageRepositoryRe,
+		"an image repository such as registry.example:5000/nvidia: lowercase path components of letters, digits and . _ -, the first one a host that may carry a port")
+	checkImageName = matches(imageNameRe,
+		"an image name such as driver: lowercase path components of letters, digits and . _ -")
+	checkOperatorDriverVersion = matches(operatorDriverVersionRe,
+		`an exact driver version such as "595.91.07", which the driver container's tags carry`)
 	checkEpoch = okIf(
 		func(s string) bool {
 			n, err := strconv.ParseInt(s, 10, 64)
@@ -297,6 +315,26 @@ var Table = []Setting{
 		Help:       "OpenPGP public key file (armored or binary) on the build host that signs the CUDA repository.",
 		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.CUDARepoKeyring = v.s }},
+	{Key: "nvidia_module_signing", Env: "NVIDIA_MODULE_SIGNING", Kind: Enum, Default: "ephemeral", Section: "gpu",
+		Allowed: []string{"ephemeral", "key", "none"},
+		Help:    "How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); key signs with nvidia_module_signing_key and its certificate, which reach the image's tmpfs through a pipe, never a file; none leaves them unsigned. Either way DKMS never mints a key in the image.",
+		set:     func(o *Options, v value) { o.ModuleSigning = v.s }},
+	{Key: "nvidia_module_signing_key", Env: "NVIDIA_MODULE_SIGNING_KEY", Kind: String, Section: "gpu",
+		Help:  "PEM private key file on the build host that signs the NVIDIA modules (nvidia_module_signing=key); it may be encrypted, see nvidia_module_signing_passphrase_env.",
+		check: &checkHostPath,
+		set:   func(o *Options, v value) { o.ModuleKey = v.s }},
+	{Key: "nvidia_module_signing_cert", Env: "NVIDIA_MODULE_SIGNING_CERT", Kind: String, Section: "gpu",
+		Help:  "X.509 certificate file (PEM or DER) on the build host for nvidia_module_signing_key: the one enrolled in MOK or UEFI db.",
+		check: &checkHostPath,
+		set:   func(o *Options, v value) { o.ModuleCert = v.s }},
+	{Key: "nvidia_module_signing_passphrase_env", Env: "NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV", Kind: String, Section: "gpu",
+		Help:  "Name of the environment variable that holds nvidia_module_signing_key's passphrase.",
+		check: &checkEnvName,
+		set:   func(o *Options, v value) { o.ModulePassphraseEnv = v.s }},
+	{Key: "kernels", Env: "PODVM_KERNELS", Kind: String, Default: "newest", Section: "gpu",
+		Help:  "Image kernels to build modules and bake packages for: newest, all, or a list of versions.",
+		check: &checkKernels,
+		set:   func(o *Options, v value) { o.Kernels = v.s }},
 
 	// Container toolkit.
 	{Key: "nvidia_container_toolkit", Env: "NVIDIA_CONTAINER_TOOLKIT", Kind: Bool, Default: "yes", Section: "toolkit",
@@ -342,26 +380,6 @@ var Table = []Setting{
 	{Key: "nvidia_gate_on_pci", Env: "NVIDIA_GATE_ON_PCI", Kind: Bool, Default: "yes", Section: "extras",
 		Help: "Start GPU-only units only when an NVIDIA PCI device (vendor 10de) is present, so one image serves GPU and non-GPU VMs.",
 		set:  func(o *Options, v value) { o.GateOnPCI = v.b }},
-	{Key: "nvidia_module_signing", Env: "NVIDIA_MODULE_SIGNING", Kind: Enum, Default: "ephemeral", Section: "gpu",
-		Allowed: []string{"ephemeral", "key", "none"},
-		Help:    "How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); key signs with nvidia_module_signing_key and its certificate, which reach the image's tmpfs through a pipe, never a file; none leaves them unsigned. Either way DKMS never mints a key in the image.",
-		set:     func(o *Options, v value) { o.ModuleSigning = v.s }},
-	{Key: "nvidia_module_signing_key", Env: "NVIDIA_MODULE_SIGNING_KEY", Kind: String, Section: "gpu",
-		Help:  "PEM private key file on the build host that signs the NVIDIA modules (nvidia_module_signing=key); it may be encrypted, see nvidia_module_signing_passphrase_env.",
-		check: &checkHostPath,
-		set:   func(o *Options, v value) { o.ModuleKey = v.s }},
-	{Key: "nvidia_module_signing_cert", Env: "NVIDIA_MODULE_SIGNING_CERT", Kind: String, Section: "gpu",
-		Help:  "X.509 certificate file (PEM or DER) on the build host for nvidia_module_signing_key: the one enrolled in MOK or UEFI db.",
-		check: &checkHostPath,
-		set:   func(o *Options, v value) { o.ModuleCert = v.s }},
-	{Key: "nvidia_module_signing_passphrase_env", Env: "NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV", Kind: String, Section: "gpu",
-		Help:  "Name of the environment variable that holds nvidia_module_signing_key's passphrase.",
-		check: &checkEnvName,
-		set:   func(o *Options, v value) { o.ModulePassphraseEnv = v.s }},
-	{Key: "kernels", Env: "PODVM_KERNELS", Kind: String, Default: "newest", Section: "gpu",
-		Help:  "Image kernels to build modules and bake packages for: newest, all, or a list of versions.",
-		check: &checkKernels,
-		set:   func(o *Options, v value) { o.Kernels = v.s }},
 
 	// Local repository.
 	{Key: "local_repo", Env: "LOCAL_REPO", Kind: Enum, Default: "auto", Section: "repo",
@@ -418,6 +436,29 @@ var Table = []Setting{
 		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json.",
 		check: &checkOutputDir,
 		set:   func(o *Options, v value) { o.OutputDir = v.s }},
+
+	// GPU Operator: the objects written beside the image for the nodes'
+	// operator. The defaults are the gpu-operator chart's own (driver.*
+	// in deployments/gpu-operator/values.yaml at a22dbf67); the
+	// repository default is the operator's default image repository,
+	// which names NVIDIA's registry.
+	{Key: "gpu_operator_namespace", Env: "GPU_OPERATOR_NAMESPACE", Kind: String, Default: DefaultOperatorNamespace, Section: "operator",
+		Help:  "Namespace the GPU Operator runs in (gpu-operator with its Helm chart, nvidia-gpu-operator on OpenShift): the driver pods mount the repository's ConfigMap from there, so the ConfigMap is written to it.",
+		check: &checkNamespace,
+		set:   func(o *Options, v value) { o.OperatorNamespace = v.s }},
+	{Key: "gpu_operator_driver_repository", Env: "GPU_OPERATOR_DRIVER_REPOSITORY", Kind: String, Default: DefaultOperatorDriverRepository, Section: "operator",
+		Help:  "Image repository of the operator's driver container (the chart's driver.repository); a mirror for air-gapped clusters.",
+		check: &checkImageRepository,
+		set:   func(o *Options, v value) { o.OperatorDriverRepository = v.s }},
+	{Key: "gpu_operator_driver_image", Env: "GPU_OPERATOR_DRIVER_IMAGE", Kind: String, Default: DefaultOperatorDriverImage, Section: "operator",
+		Help:  "Image name of the operator's driver container in that repository (the chart's driver.image).",
+		check: &checkImageName,
+		set:   func(o *Options, v value) { o.OperatorDriverImage = v.s }},
+	{Key: "gpu_operator_driver_version", Env: "GPU_OPERATOR_DRIVER_VERSION", Kind: String, Section: "operator",
+		DefaultDoc: "none: no NVIDIADriver is written",
+		Help:       "Driver version of the operator's driver container, such as 595.91.07: the operator pulls <repository>/<image>:<version>-<ID><VERSION_ID> of the node (ubuntu24.04, say). The NVIDIADriver is written only with it, as one without a version names an image that does not exist; the Helm values pin it too.",
+		check:      &checkOperatorDriverVersion,
+		set:        func(o *Options, v value) { o.OperatorDriverVersion = v.s }},
 
 	// Build behaviour.
 	{Key: "hold_packages", Env: "PODVM_HOLD_PACKAGES", Kind: Bool, Default: "yes", Section: "build",

@@ -16,6 +16,11 @@ type FlatSettings struct {
 	NvidiaDriverSource                *string  `mapstructure:"nvidia_driver_source" required:"false" cty:"nvidia_driver_source" hcl:"nvidia_driver_source"`
 	NvidiaCUDARepoURL                 *string  `mapstructure:"nvidia_cuda_repo_url" required:"false" cty:"nvidia_cuda_repo_url" hcl:"nvidia_cuda_repo_url"`
 	NvidiaCUDARepoKeyring             *string  `mapstructure:"nvidia_cuda_repo_keyring" required:"false" cty:"nvidia_cuda_repo_keyring" hcl:"nvidia_cuda_repo_keyring"`
+	NvidiaModuleSigning               *string  `mapstructure:"nvidia_module_signing" required:"false" cty:"nvidia_module_signing" hcl:"nvidia_module_signing"`
+	NvidiaModuleSigningKey            *string  `mapstructure:"nvidia_module_signing_key" required:"false" cty:"nvidia_module_signing_key" hcl:"nvidia_module_signing_key"`
+	NvidiaModuleSigningCert           *string  `mapstructure:"nvidia_module_signing_cert" required:"false" cty:"nvidia_module_signing_cert" hcl:"nvidia_module_signing_cert"`
+	NvidiaModuleSigningPassphraseEnv  *string  `mapstructure:"nvidia_module_signing_passphrase_env" required:"false" cty:"nvidia_module_signing_passphrase_env" hcl:"nvidia_module_signing_passphrase_env"`
+	Kernels                           *string  `mapstructure:"kernels" required:"false" cty:"kernels" hcl:"kernels"`
 	NvidiaContainerToolkit            *string  `mapstructure:"nvidia_container_toolkit" required:"false" cty:"nvidia_container_toolkit" hcl:"nvidia_container_toolkit"`
 	NvidiaContainerToolkitVersion     *string  `mapstructure:"nvidia_container_toolkit_version" required:"false" cty:"nvidia_container_toolkit_version" hcl:"nvidia_container_toolkit_version"`
 	NvidiaContainerToolkitRepoURL     *string  `mapstructure:"nvidia_container_toolkit_repo_url" required:"false" cty:"nvidia_container_toolkit_repo_url" hcl:"nvidia_container_toolkit_repo_url"`
@@ -26,11 +31,6 @@ type FlatSettings struct {
 	NvidiaFabricManager               *string  `mapstructure:"nvidia_fabric_manager" required:"false" cty:"nvidia_fabric_manager" hcl:"nvidia_fabric_manager"`
 	NvidiaConfidentialCompute         *string  `mapstructure:"nvidia_confidential_compute" required:"false" cty:"nvidia_confidential_compute" hcl:"nvidia_confidential_compute"`
 	NvidiaGateOnPCI                   *string  `mapstructure:"nvidia_gate_on_pci" required:"false" cty:"nvidia_gate_on_pci" hcl:"nvidia_gate_on_pci"`
-	NvidiaModuleSigning               *string  `mapstructure:"nvidia_module_signing" required:"false" cty:"nvidia_module_signing" hcl:"nvidia_module_signing"`
-	NvidiaModuleSigningKey            *string  `mapstructure:"nvidia_module_signing_key" required:"false" cty:"nvidia_module_signing_key" hcl:"nvidia_module_signing_key"`
-	NvidiaModuleSigningCert           *string  `mapstructure:"nvidia_module_signing_cert" required:"false" cty:"nvidia_module_signing_cert" hcl:"nvidia_module_signing_cert"`
-	NvidiaModuleSigningPassphraseEnv  *string  `mapstructure:"nvidia_module_signing_passphrase_env" required:"false" cty:"nvidia_module_signing_passphrase_env" hcl:"nvidia_module_signing_passphrase_env"`
-	Kernels                           *string  `mapstructure:"kernels" required:"false" cty:"kernels" hcl:"kernels"`
 	LocalRepo                         *string  `mapstructure:"local_repo" required:"false" cty:"local_repo" hcl:"local_repo"`
 	LocalRepoPath                     *string  `mapstructure:"local_repo_path" required:"false" cty:"local_repo_path" hcl:"local_repo_path"`
 	LocalRepoPackages                 []string `mapstructure:"local_repo_packages" required:"false" cty:"local_repo_packages" hcl:"local_repo_packages"`
@@ -43,6 +43,10 @@ type FlatSettings struct {
 	LocalRepoSourcesFile              *string  `mapstructure:"local_repo_sources_file" required:"false" cty:"local_repo_sources_file" hcl:"local_repo_sources_file"`
 	LocalRepoExposePath               *string  `mapstructure:"local_repo_expose_path" required:"false" cty:"local_repo_expose_path" hcl:"local_repo_expose_path"`
 	OutputDir                         *string  `mapstructure:"output_dir" required:"false" cty:"output_dir" hcl:"output_dir"`
+	GPUOperatorNamespace              *string  `mapstructure:"gpu_operator_namespace" required:"false" cty:"gpu_operator_namespace" hcl:"gpu_operator_namespace"`
+	GPUOperatorDriverRepository       *string  `mapstructure:"gpu_operator_driver_repository" required:"false" cty:"gpu_operator_driver_repository" hcl:"gpu_operator_driver_repository"`
+	GPUOperatorDriverImage            *string  `mapstructure:"gpu_operator_driver_image" required:"false" cty:"gpu_operator_driver_image" hcl:"gpu_operator_driver_image"`
+	GPUOperatorDriverVersion          *string  `mapstructure:"gpu_operator_driver_version" required:"false" cty:"gpu_operator_driver_version" hcl:"gpu_operator_driver_version"`
 	HoldPackages                      *string  `mapstructure:"hold_packages" required:"false" cty:"hold_packages" hcl:"hold_packages"`
 	Verify                            *string  `mapstructure:"verify" required:"false" cty:"verify" hcl:"verify"`
 	BuildCache                        *string  `mapstructure:"build_cache" required:"false" cty:"build_cache" hcl:"build_cache"`
@@ -69,6 +73,11 @@ func (*FlatSettings) HCL2Spec() map[string]hcldec.Spec {
 		"nvidia_driver_source":                  &hcldec.AttrSpec{Name: "nvidia_driver_source", Type: cty.String, Required: false},
 		"nvidia_cuda_repo_url":                  &hcldec.AttrSpec{Name: "nvidia_cuda_repo_url", Type: cty.String, Required: false},
 		"nvidia_cuda_repo_keyring":              &hcldec.AttrSpec{Name: "nvidia_cuda_repo_keyring", Type: cty.String, Required: false},
+		"nvidia_module_signing":                 &hcldec.AttrSpec{Name: "nvidia_module_signing", Type: cty.String, Required: false},
+		"nvidia_module_signing_key":             &hcldec.AttrSpec{Name: "nvidia_module_signing_key", Type: cty.String, Required: false},
+		"nvidia_module_signing_cert":            &hcldec.AttrSpec{Name: "nvidia_module_signing_cert", Type: cty.String, Required: false},
+		"nvidia_module_signing_passphrase_env":  &hcldec.AttrSpec{Name: "nvidia_module_signing_passphrase_env", Type: cty.String, Required: false},
+		"kernels":                               &hcldec.AttrSpec{Name: "kernels", Type: cty.String, Required: false},
 		"nvidia_container_toolkit":              &hcldec.AttrSpec{Name: "nvidia_container_toolkit", Type: cty.String, Required: false},
 		"nvidia_container_toolkit_version":      &hcldec.AttrSpec{Name: "nvidia_container_toolkit_version", Type: cty.String, Required: false},
 		"nvidia_container_toolkit_repo_url":     &hcldec.AttrSpec{Name: "nvidia_container_toolkit_repo_url", Type: cty.String, Required: false},
@@ -79,11 +88,6 @@ func (*FlatSettings) HCL2Spec() map[string]hcldec.Spec {
 		"nvidia_fabric_manager":                 &hcldec.AttrSpec{Name: "nvidia_fabric_manager", Type: cty.String, Required: false},
 		"nvidia_confidential_compute":           &hcldec.AttrSpec{Name: "nvidia_confidential_compute", Type: cty.String, Required: false},
 		"nvidia_gate_on_pci":                    &hcldec.AttrSpec{Name: "nvidia_gate_on_pci", Type: cty.String, Required: false},
-		"nvidia_module_signing":                 &hcldec.AttrSpec{Name: "nvidia_module_signing", Type: cty.String, Required: false},
-		"nvidia_module_signing_key":             &hcldec.AttrSpec{Name: "nvidia_module_signing_key", Type: cty.String, Required: false},
-		"nvidia_module_signing_cert":            &hcldec.AttrSpec{Name: "nvidia_module_signing_cert", Type: cty.String, Required: false},
-		"nvidia_module_signing_passphrase_env":  &hcldec.AttrSpec{Name: "nvidia_module_signing_passphrase_env", Type: cty.String, Required: false},
-		"kernels":                               &hcldec.AttrSpec{Name: "kernels", Type: cty.String, Required: false},
 		"local_repo":                            &hcldec.AttrSpec{Name: "local_repo", Type: cty.String, Required: false},
 		"local_repo_path":                       &hcldec.AttrSpec{Name: "local_repo_path", Type: cty.String, Required: false},
 		"local_repo_packages":                   &hcldec.AttrSpec{Name: "local_repo_packages", Type: cty.List(cty.String), Required: false},
@@ -96,6 +100,10 @@ func (*FlatSettings) HCL2Spec() map[string]hcldec.Spec {
 		"local_repo_sources_file":               &hcldec.AttrSpec{Name: "local_repo_sources_file", Type: cty.String, Required: false},
 		"local_repo_expose_path":                &hcldec.AttrSpec{Name: "local_repo_expose_path", Type: cty.String, Required: false},
 		"output_dir":                            &hcldec.AttrSpec{Name: "output_dir", Type: cty.String, Required: false},
+		"gpu_operator_namespace":                &hcldec.AttrSpec{Name: "gpu_operator_namespace", Type: cty.String, Required: false},
+		"gpu_operator_driver_repository":        &hcldec.AttrSpec{Name: "gpu_operator_driver_repository", Type: cty.String, Required: false},
+		"gpu_operator_driver_image":             &hcldec.AttrSpec{Name: "gpu_operator_driver_image", Type: cty.String, Required: false},
+		"gpu_operator_driver_version":           &hcldec.AttrSpec{Name: "gpu_operator_driver_version", Type: cty.String, Required: false},
 		"hold_packages":                         &hcldec.AttrSpec{Name: "hold_packages", Type: cty.String, Required: false},
 		"verify":                                &hcldec.AttrSpec{Name: "verify", Type: cty.String, Required: false},
 		"build_cache":                           &hcldec.AttrSpec{Name: "build_cache", Type: cty.String, Required: false},

@@ -18,6 +18,16 @@ type Settings struct {
 	NvidiaCUDARepoURL *string `mapstructure:"nvidia_cuda_repo_url" required:"false"`
 	// OpenPGP public key file (armored or binary) on the build host that signs the CUDA repository. Environment: `NVIDIA_CUDA_REPO_KEYRING`; default: NVIDIA's key, fetched over https and checked against its pinned fingerprint.
 	NvidiaCUDARepoKeyring *string `mapstructure:"nvidia_cuda_repo_keyring" required:"false"`
+	// How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); key signs with nvidia_module_signing_key and its certificate, which reach the image's tmpfs through a pipe, never a file; none leaves them unsigned. Either way DKMS never mints a key in the image. Environment: `NVIDIA_MODULE_SIGNING`; default: ephemeral.
+	NvidiaModuleSigning *string `mapstructure:"nvidia_module_signing" required:"false"`
+	// PEM private key file on the build host that signs the NVIDIA modules (nvidia_module_signing=key); it may be encrypted, see nvidia_module_signing_passphrase_env. Environment: `NVIDIA_MODULE_SIGNING_KEY`; default: (none).
+	NvidiaModuleSigningKey *string `mapstructure:"nvidia_module_signing_key" required:"false"`
+	// X.509 certificate file (PEM or DER) on the build host for nvidia_module_signing_key: the one enrolled in MOK or UEFI db. Environment: `NVIDIA_MODULE_SIGNING_CERT`; default: (none).
+	NvidiaModuleSigningCert *string `mapstructure:"nvidia_module_signing_cert" required:"false"`
+	// Name of the environment variable that holds nvidia_module_signing_key's passphrase. Environment: `NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV`; default: (none).
+	NvidiaModuleSigningPassphraseEnv *string `mapstructure:"nvidia_module_signing_passphrase_env" required:"false"`
+	// Image kernels to build modules and bake packages for: newest, all, or a list of versions. Environment: `PODVM_KERNELS`; default: newest.
+	Kernels *string `mapstructure:"kernels" required:"false"`
 	// Install the NVIDIA container toolkit (only when the GPU stack is enabled). Environment: `NVIDIA_CONTAINER_TOOLKIT`; default: yes.
 	NvidiaContainerToolkit *string `mapstructure:"nvidia_container_toolkit" required:"false"`
 	// Toolkit packages' version (apt name=version): the tested default, another version, or newest for whatever the repository has. Environment: `NVIDIA_CONTAINER_TOOLKIT_VERSION`; default: 1.17.8-1.
@@ -38,16 +48,6 @@ type Settings struct {
 	NvidiaConfidentialCompute *string `mapstructure:"nvidia_confidential_compute" required:"false"`
 	// Start GPU-only units only when an NVIDIA PCI device (vendor 10de) is present, so one image serves GPU and non-GPU VMs. Environment: `NVIDIA_GATE_ON_PCI`; default: yes.
 	NvidiaGateOnPCI *string `mapstructure:"nvidia_gate_on_pci" required:"false"`
-	// How DKMS-built NVIDIA modules are signed: ephemeral signs every one with a key made for this build on a tmpfs and thrown away, keeping only its certificate (in the image and beside it, to enroll for Secure Boot); key signs with nvidia_module_signing_key and its certificate, which reach the image's tmpfs through a pipe, never a file; none leaves them unsigned. Either way DKMS never mints a key in the image. Environment: `NVIDIA_MODULE_SIGNING`; default: ephemeral.
-	NvidiaModuleSigning *string `mapstructure:"nvidia_module_signing" required:"false"`
-	// PEM private key file on the build host that signs the NVIDIA modules (nvidia_module_signing=key); it may be encrypted, see nvidia_module_signing_passphrase_env. Environment: `NVIDIA_MODULE_SIGNING_KEY`; default: (none).
-	NvidiaModuleSigningKey *string `mapstructure:"nvidia_module_signing_key" required:"false"`
-	// X.509 certificate file (PEM or DER) on the build host for nvidia_module_signing_key: the one enrolled in MOK or UEFI db. Environment: `NVIDIA_MODULE_SIGNING_CERT`; default: (none).
-	NvidiaModuleSigningCert *string `mapstructure:"nvidia_module_signing_cert" required:"false"`
-	// Name of the environment variable that holds nvidia_module_signing_key's passphrase. Environment: `NVIDIA_MODULE_SIGNING_PASSPHRASE_ENV`; default: (none).
-	NvidiaModuleSigningPassphraseEnv *string `mapstructure:"nvidia_module_signing_passphrase_env" required:"false"`
-	// Image kernels to build modules and bake packages for: newest, all, or a list of versions. Environment: `PODVM_KERNELS`; default: newest.
-	Kernels *string `mapstructure:"kernels" required:"false"`
 	// Bake the signed node-local apt repository; auto follows enable_nvidia_gpu. Environment: `LOCAL_REPO`; default: auto.
 	LocalRepo *string `mapstructure:"local_repo" required:"false"`
 	// Directory of the repository in the image. Environment: `LOCAL_REPO_PATH`; default: /opt/local-packages.
@@ -72,6 +72,14 @@ type Settings struct {
 	LocalRepoExposePath *string `mapstructure:"local_repo_expose_path" required:"false"`
 	// Directory on the build host for the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json. Environment: `PODVM_OUTPUT_DIR`; default: podvm-artifacts.
 	OutputDir *string `mapstructure:"output_dir" required:"false"`
+	// Namespace the GPU Operator runs in (gpu-operator with its Helm chart, nvidia-gpu-operator on OpenShift): the driver pods mount the repository's ConfigMap from there, so the ConfigMap is written to it. Environment: `GPU_OPERATOR_NAMESPACE`; default: gpu-operator.
+	GPUOperatorNamespace *string `mapstructure:"gpu_operator_namespace" required:"false"`
+	// Image repository of the operator's driver container (the chart's driver.repository); a mirror for air-gapped clusters. Environment: `GPU_OPERATOR_DRIVER_REPOSITORY`; default: nvcr.io/nvidia.
+	GPUOperatorDriverRepository *string `mapstructure:"gpu_operator_driver_repository" required:"false"`
+	// Image name of the operator's driver container in that repository (the chart's driver.image). Environment: `GPU_OPERATOR_DRIVER_IMAGE`; default: driver.
+	GPUOperatorDriverImage *string `mapstructure:"gpu_operator_driver_image" required:"false"`
+	// Driver version of the operator's driver container, such as 595.91.07: the operator pulls <repository>/<image>:<version>-<ID><VERSION_ID> of the node (ubuntu24.04, say). The NVIDIADriver is written only with it, as one without a version names an image that does not exist; the Helm values pin it too. Environment: `GPU_OPERATOR_DRIVER_VERSION`; default: none: no NVIDIADriver is written.
+	GPUOperatorDriverVersion *string `mapstructure:"gpu_operator_driver_version" required:"false"`
 	// Hold the targeted kernels, the driver and the toolkit (apt-mark hold), so an apt upgrade on a node cannot break the match of kernel, driver and local repository. Environment: `PODVM_HOLD_PACKAGES`; default: yes.
 	HoldPackages *string `mapstructure:"hold_packages" required:"false"`
 	// Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository. Environment: `PODVM_VERIFY`; default: yes.
@@ -107,6 +115,21 @@ func (s *Settings) Explicit() map[string]Raw {
 	if s.NvidiaCUDARepoKeyring != nil {
 		m["nvidia_cuda_repo_keyring"] = Scalar(*s.NvidiaCUDARepoKeyring)
 	}
+	if s.NvidiaModuleSigning != nil {
+		m["nvidia_module_signing"] = Scalar(*s.NvidiaModuleSigning)
+	}
+	if s.NvidiaModuleSigningKey != nil {
+		m["nvidia_module_signing_key"] = Scalar(*s.NvidiaModuleSigningKey)
+	}
+	if s.NvidiaModuleSigningCert != nil {
+		m["nvidia_module_signing_cert"] = Scalar(*s.NvidiaModuleSigningCert)
+	}
+	if s.NvidiaModuleSigningPassphraseEnv != nil {
+		m["nvidia_module_signing_passphrase_env"] = Scalar(*s.NvidiaModuleSigningPassphraseEnv)
+	}
+	if s.Kernels != nil {
+		m["kernels"] = Scalar(*s.Kernels)
+	}
 	if s.NvidiaContainerToolkit != nil {
 		m["nvidia_container_toolkit"] = Scalar(*s.NvidiaContainerToolkit)
 	}
@@ -136,21 +159,6 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.NvidiaGateOnPCI != nil {
 		m["nvidia_gate_on_pci"] = Scalar(*s.NvidiaGateOnPCI)
-	}
-	if s.NvidiaModuleSigning != nil {
-		m["nvidia_module_signing"] = Scalar(*s.NvidiaModuleSigning)
-	}
-	if s.NvidiaModuleSigningKey != nil {
-		m["nvidia_module_signing_key"] = Scalar(*s.NvidiaModuleSigningKey)
-	}
-	if s.NvidiaModuleSigningCert != nil {
-		m["nvidia_module_signing_cert"] = Scalar(*s.NvidiaModuleSigningCert)
-	}
-	if s.NvidiaModuleSigningPassphraseEnv != nil {
-		m["nvidia_module_signing_passphrase_env"] = Scalar(*s.NvidiaModuleSigningPassphraseEnv)
-	}
-	if s.Kernels != nil {
-		m["kernels"] = Scalar(*s.Kernels)
 	}
 	if s.LocalRepo != nil {
 		m["local_repo"] = Scalar(*s.LocalRepo)
@@ -187,6 +195,18 @@ func (s *Settings) Explicit() map[string]Raw {
 	}
 	if s.OutputDir != nil {
 		m["output_dir"] = Scalar(*s.OutputDir)
+	}
+	if s.GPUOperatorNamespace != nil {
+		m["gpu_operator_namespace"] = Scalar(*s.GPUOperatorNamespace)
+	}
+	if s.GPUOperatorDriverRepository != nil {
+		m["gpu_operator_driver_repository"] = Scalar(*s.GPUOperatorDriverRepository)
+	}
+	if s.GPUOperatorDriverImage != nil {
+		m["gpu_operator_driver_image"] = Scalar(*s.GPUOperatorDriverImage)
+	}
+	if s.GPUOperatorDriverVersion != nil {
+		m["gpu_operator_driver_version"] = Scalar(*s.GPUOperatorDriverVersion)
 	}
 	if s.HoldPackages != nil {
 		m["hold_packages"] = Scalar(*s.HoldPackages)

@@ -200,6 +200,10 @@ func samples(s *Setting) (a, b Raw) {
 		"nvidia_module_signing_passphrase_env":  {"MODPASS_A", "MODPASS_B"},
 		"build_cache_dir":                       {"/srv/cache-a", "/srv/cache-b"},
 		"build_cache_max_size":                  {"500MiB", "0"},
+		"gpu_operator_namespace":                {"nvidia-gpu-operator", "gpu-ops"},
+		"gpu_operator_driver_repository":        {"mirror.example:5000/nvidia", "mirror.example/nv"},
+		"gpu_operator_driver_image":             {"driver", "nvidia/driver"},
+		"gpu_operator_driver_version":           {"595.91.07", "570.172.08"},
 	}[s.Key]
 	return Scalar(v[0]), Scalar(v[1])
 }

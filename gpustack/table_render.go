@@ -71,11 +71,12 @@ func WriteTable(w io.Writer, format string) error {
 }
 
 var sectionTitles = map[string]string{
-	"gpu":     "GPU driver",
-	"toolkit": "Container toolkit",
-	"extras":  "Extras",
-	"repo":    "Node-local apt repository",
-	"build":   "Build",
+	"gpu":      "GPU driver",
+	"toolkit":  "Container toolkit",
+	"extras":   "Extras",
+	"repo":     "Node-local apt repository",
+	"operator": "GPU Operator objects",
+	"build":    "Build",
 }
 
 func mdEscape(s string) string {

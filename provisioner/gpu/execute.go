@@ -74,6 +74,9 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
+	for _, w := range o.TargetWarnings(t) {
+		e.ui.Say("podvm-gpu: warning: " + w)
+	}
 	e.dpkgUnsafe = e.unsafeDpkg()
 	plan, err := gpustack.NewPlan(o, t)
 	if err != nil {

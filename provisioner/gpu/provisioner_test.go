@@ -437,7 +437,14 @@ func TestExecuteCommandAndEnv(t *testing.T) {
 	if err := provision(t, p, comm); err != nil {
 		t.Fatal(err)
 	}
-	first := strings.TrimPrefix(comm.log[1], "run: ")
+	// The first command, after what the ui says (warnings, detection).
+	var first string
+	for _, l := range comm.log {
+		if c, ok := strings.CutPrefix(l, "run: "); ok {
+			first = c
+			break
+		}
+	}
 	want := `sudo -n sh -c 'export NOTE='\''it'\''\'\'''\''s'\'' http_proxy=http://proxy:3128; cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release'`
 	if first != want {
 		t.Errorf("first command\n got %s\nwant %s", first, want)

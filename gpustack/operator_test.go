@@ -1,0 +1,107 @@
+package gpustack
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestOperatorSettingsRefused checks that values the operator or
+// Kubernetes would refuse are refused before the build.
+func TestOperatorSettingsRefused(t *testing.T) {
+	tests := []struct {
+		env, value string
+	}{
+		{"GPU_OPERATOR_NAMESPACE", "GPU-Operator"},
+		{"GPU_OPERATOR_NAMESPACE", "-gpu"},
+		{"GPU_OPERATOR_NAMESPACE", strings.Repeat("a", 64)},
+		{"GPU_OPERATOR_DRIVER_REPOSITORY", "https://nvcr.example/nvidia"},
+		{"GPU_OPERATOR_DRIVER_REPOSITORY", "Mirror.example/nvidia"},
+		{"GPU_OPERATOR_DRIVER_IMAGE", "driver:580"},
+		// The driver containers carry whole versions: a branch names no tag.
+		{"GPU_OPERATOR_DRIVER_VERSION", "580"},
+		{"GPU_OPERATOR_DRIVER_VERSION", "595.91.07-ubuntu24.04"},
+	}
+	for _, tt := range tests {
+		_, err := resolveWith(t, map[string]string{tt.env: tt.value}, "", nil)
+		if err == nil || !strings.Contains(err.Error(), tt.env) {
+			t.Errorf("%s=%s: error %v, want one naming %s", tt.env, tt.value, err, tt.env)
+		}
+	}
+	for _, tt := range []struct{ env, value string }{
+		{"GPU_OPERATOR_NAMESPACE", "nvidia-gpu-operator"},
+		{"GPU_OPERATOR_DRIVER_REPOSITORY", "mirror.example:5000/nvidia/drivers"},
+		{"GPU_OPERATOR_DRIVER_VERSION", "595.91.07"},
+	} {
+		if _, err := resolveWith(t, map[string]string{tt.env: tt.value}, "", nil); err != nil {
+			t.Errorf("%s=%s: %v", tt.env, tt.value, err)
+		}
+	}
+}
+
+// TestOperatorWarnings checks what the node profile's build says about
+// the GPU Operator objects and the target: a missing version, and a
+// distribution NVIDIA publishes no driver container for.
+func TestOperatorWarnings(t *testing.T) {
+	node := map[string]string{"ENABLE_NVIDIA_GPU": "no", "LOCAL_REPO": "yes"}
+	with := func(m map[string]string, k, v string) map[string]string {
+		out := map[string]string{k: v}
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		env    map[string]string
+		distro string
+		want   []string // each in the warnings; none: no warning
+	}{
+		{"debian node, no version", node, "debian", []string{"gpu_operator_driver_version is not set", "NVIDIA publishes no GPU Operator driver container for debian", "Ubuntu and RHEL"}},
+		{"debian node", with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "debian", []string{"debian 13", "nvcr.io/nvidia/driver:<version>-debian13"}},
+		{"ubuntu node", with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "ubuntu", nil},
+		{"ubuntu node, no version", node, "ubuntu", []string{"no gpu-operator-nvidiadriver.yaml is written"}},
+		{"debian pod VM", map[string]string{}, "debian", nil},
+		{"operator settings without a repository", map[string]string{"ENABLE_NVIDIA_GPU": "no", "LOCAL_REPO": "no", "GPU_OPERATOR_NAMESPACE": "x"}, "debian",
+			[]string{"GPU_OPERATOR_NAMESPACE is ignored: local_repo is off"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := resolveWith(t, tt.env, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tgt := Target{Distro: tt.distro, Version: "13", Codename: "trixie", Arch: "amd64"}
+			if tt.distro == "ubuntu" {
+				tgt = Target{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64"}
+			}
+			got := strings.Join(append(res.Warnings, res.Options.TargetWarnings(tgt)...), "\n")
+			if len(tt.want) == 0 && got != "" {
+				t.Errorf("warnings %q, want none", got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warnings %q lack %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSectionsContiguous checks that each section of the table is one run
+// of rows, so the docs show each heading once.
+func TestSectionsContiguous(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for _, s := range Table {
+		if s.Section == prev {
+			continue
+		}
+		if seen[s.Section] {
+			t.Errorf("%s: section %q again after %q", s.Key, s.Section, prev)
+		}
+		if sectionTitles[s.Section] == "" {
+			t.Errorf("%s: section %q has no title", s.Key, s.Section)
+		}
+		seen[s.Section], prev = true, s.Section
+	}
+}
