@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
 )
 
 // The stand-ins for the tools the CDI script runs: each records its
@@ -282,15 +283,18 @@ func TestCDIUnitGolden(t *testing.T) {
 }
 
 // TestScriptsShellcheck holds every script in scripts/, which go into the
-// image as they are, to POSIX sh as shellcheck reads it.
+// image or to the back ends as they are, to sh -n and shellcheck.
 func TestScriptsShellcheck(t *testing.T) {
-	chroottest.RequireTools(t, "shellcheck")
+	shellcheck.Require(t)
 	scripts, _ := filepath.Glob(filepath.Join("scripts", "*.sh"))
 	if len(scripts) == 0 {
 		t.Fatal("no scripts found")
 	}
-	out, err := exec.Command("shellcheck", append([]string{"--shell=sh", "--severity=style"}, scripts...)...).CombinedOutput()
-	if err != nil {
-		t.Errorf("shellcheck: %v\n%s", err, out)
+	for _, path := range scripts {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shellcheck.Check(t, path, string(data))
 	}
 }

@@ -1,6 +1,7 @@
 package gpustack
 
 import (
+	_ "embed"
 	"fmt"
 	"strings"
 )
@@ -69,24 +70,9 @@ func (a ChooseDriver) Packages(taken string) ([]string, error) {
 // needs package lists that are current (apt-get update first) and runs
 // whatever apt-cache is on the PATH: the image's own, or mkosi's wrapper
 // that acts on the image.
-const DriverProbeScript = `set -eu
-template=$1
-shift
-[ $# -gt 0 ] || { echo "podvm-gpu: no kernel to choose the driver source for" >&2; exit 1; }
-for k; do
-	p=${template%%'{kernel}'*}$k${template#*'{kernel}'}
-	# policy, not show: a package apt cannot install (no candidate) counts
-	# as missing. C locale: the field name is translated otherwise.
-	cand=$(LC_ALL=C apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: *//p' | head -n 1)
-	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
-		echo "podvm-gpu: the archive has no $p for kernel $k: DKMS" >&2
-		echo distro
-		exit 0
-	fi
-	echo "podvm-gpu: the archive has $p $cand" >&2
-done
-echo precompiled
-`
+//
+//go:embed scripts/driver-probe.sh
+var DriverProbeScript string
 
 // IfDriverSource runs Actions only when the build-time driver choice took
 // Source (TakenPrecompiled or TakenDistro), as DriverSourceFile records.
@@ -113,47 +99,9 @@ func (a CheckKernelSignatures) Command() string {
 
 // kernelSignaturesScript: arguments are the signatures file, then the
 // kernels. PODVM_MODULES_DIR replaces /usr/lib/modules for its tests.
-const kernelSignaturesScript = `set -eu
-# The C locale: the same module order (and so the same record) everywhere.
-export LC_ALL=C
-out=$1
-shift
-[ $# -gt 0 ] || { echo "podvm-gpu: no kernel to check module signatures for" >&2; exit 1; }
-moddir=${PODVM_MODULES_DIR:-/usr/lib/modules}
-sigs=$(mktemp)
-trap 'rm -f "$sigs"' EXIT
-n=0
-for k; do
-	dir=$moddir/$k
-	# The kernel's key is what its in-tree modules carry: the first signed
-	# one of the first few (in name order) that are not NVIDIA's.
-	ref= want_key= want_signer=
-	for f in $(find "$dir/kernel" -type f -name '*.ko*' ! -name 'nvidia*' 2>/dev/null | sort | head -n 20); do
-		key=$(modinfo -F sig_key "$f" 2>/dev/null || true)
-		[ -n "$key" ] || continue
-		ref=$f want_key=$key want_signer=$(modinfo -F signer "$f" 2>/dev/null || true)
-		break
-	done
-	[ -n "$ref" ] || { echo "podvm-gpu: kernel $k: no signed in-tree module in $dir/kernel to check the NVIDIA modules' signatures against" >&2; exit 1; }
-	mods=$(find "$dir" -type f -name 'nvidia*.ko*' | sort)
-	[ -n "$mods" ] || { echo "podvm-gpu: kernel $k: no NVIDIA module in $dir" >&2; exit 1; }
-	for f in $mods; do
-		signer=$(modinfo -F signer "$f" 2>/dev/null || true)
-		key=$(modinfo -F sig_key "$f" 2>/dev/null || true)
-		algo=$(modinfo -F sig_hashalgo "$f" 2>/dev/null || true)
-		if [ "$key" != "$want_key" ] || [ "$signer" != "$want_signer" ]; then
-			echo "podvm-gpu: module $f of kernel $k is signed by '$signer' (key '$key'); expected '$want_signer' (key $want_key), the kernel's own module signing key, as $ref carries it" >&2
-			exit 1
-		fi
-		case "$algo" in sha256|sha384|sha512) ;; *) echo "podvm-gpu: module $f of kernel $k: signature hash '$algo'; want sha256 or stronger" >&2; exit 1 ;; esac
-		printf '%s\t%s\t%s\t%s\t%s\n' "$k" "$f" "$signer" "$key" "$algo" >>"$sigs"
-		n=$((n + 1))
-	done
-done
-mkdir -p "$(dirname "$out")"
-install -m 0644 "$sigs" "$out"
-echo "$n NVIDIA modules of kernels $* are signed with their kernel's own key ('$want_signer')"
-`
+//
+//go:embed scripts/kernel-signatures.sh
+var kernelSignaturesScript string
 
 func (a ChooseDriver) describe() string {
 	return fmt.Sprintf("choose the driver source in the image: precompiled (apt-get install %s %s) when the archive has %s for every kernel of %s, else DKMS (apt-get install %s)%s; record it in %s",

@@ -304,7 +304,8 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			tree = "mkosi.skeleton"
 		}
 		r.files.add(r.prefix+tree+a.Path, a.Mode, []byte(a.Content))
-		fmt.Fprintf(b, "echo %s\nexists %s\n", sq("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), sq(a.Path))
+		// printf, not echo: a unit's path may hold a backslash (\x2d).
+		fmt.Fprintf(b, "printf '%%s\\n' %s\nexists %s\n", sq("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), sq(a.Path))
 	case gpustack.EnableUnits:
 		r.units = append(r.units, a.Units...)
 		fmt.Fprintf(b, "enable_units %s\n", shellWords(a.Units))
@@ -320,13 +321,14 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		if a.NoRecommends {
 			noRec = " --no-install-recommends"
 		}
-		fmt.Fprintf(b, "driver_source=$(%s $kernels | tail -n 1)\n", a.ProbeCommand())
+		fmt.Fprintf(b, "%sdriver_source=$(%s $kernels | tail -n 1)\n", scImageScript, a.ProbeCommand())
 		fmt.Fprintf(b, "case $driver_source in\n%s)\n\tpkgs=\n\tfor k in $kernels; do pkgs=\"$pkgs %s\"; done\n\tpkgs=\"$pkgs %s\"\n\t;;\n%s) pkgs=%s ;;\n*) die \"driver source probe: got '$driver_source'\" ;;\nesac\n",
 			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, sq(strings.Join(a.DKMS, " ")))
-		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\napt-get -q install%s $pkgs\n", noRec)
+		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\n%sapt-get -q install%s $pkgs\n", scWordList, noRec)
 		// Written inside the image: the packages' scripts have run, and a
 		// link they left must not lead out of $BUILDROOT.
-		fmt.Fprintf(b, "mkosi-chroot sh -c 'mkdir -p \"$(dirname \"$2\")\" && echo \"$1\" >\"$2\"' podvm \"$driver_source\" %s\ninstalled $pkgs\n", sq(gpustack.DriverSourceFile))
+		fmt.Fprintf(b, "%smkosi-chroot sh -c 'mkdir -p \"$(dirname \"$2\")\" && echo \"$1\" >\"$2\"' podvm \"$driver_source\" %s\n%sinstalled $pkgs\n",
+			scImageScript, sq(gpustack.DriverSourceFile), scWordList)
 	case gpustack.IfDriverSource:
 		var inner strings.Builder
 		for _, x := range a.Actions {
@@ -341,7 +343,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		fmt.Fprintf(b, "if [ \"$(mkosi-chroot cat %s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
 			sq(gpustack.DriverSourceFile), sq(a.Source), inner.String(), sq("  skipped: only where the driver source taken is "+a.Source))
 	case gpustack.CheckKernelSignatures:
-		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 	case gpustack.BuildModules:
 		return r.buildModules(b, a)
 	case gpustack.CheckModules:
@@ -350,7 +352,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
 		// made (or piped in), used and gone within this one command.
 		if a.Key == nil || a.Verify {
-			fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+			fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 			break
 		}
 		// The user's key: the key's and the certificate's directories are
@@ -367,12 +369,12 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			passEnv = " --passphrase-env " + sq(e)
 		}
 		r.needBin = true
-		fmt.Fprintf(b, "podvm_bin=%s\n%s\"$podvm_bin\" mkosi module-key --key \"$SRCDIR\"/%s --cert \"$SRCDIR\"/%s%s |\n\tmkosi-chroot %s $kernels\n",
-			sq(r.c.Bin), pass, sq(key), sq(cert), passEnv, a.Command())
+		fmt.Fprintf(b, "podvm_bin=%s\n%s%s\"$podvm_bin\" mkosi module-key --key \"$SRCDIR\"/%s --cert \"$SRCDIR\"/%s%s |\n\tmkosi-chroot %s $kernels\n",
+			sq(r.c.Bin), scImageScript, pass, sq(key), sq(cert), passEnv, a.Command())
 	case gpustack.HoldPackages:
-		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 	case gpustack.CheckDriverVersion:
-		fmt.Fprintf(b, "mkosi-chroot %s $kernels\n", a.Command())
+		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 	case gpustack.DeferInitramfs:
 		// mkosi installs every package in one transaction, before any
 		// script: nothing to defer.
@@ -615,7 +617,8 @@ func (r *renderer) script(kind string, steps []string, tail string) string {
 		// anything runs, and only the command that signs gets one back.
 		b.WriteString("# Passphrases: out of the environment; only the signing commands get them.\n")
 		for _, e := range r.environment {
-			fmt.Fprintf(&b, "%s=${%s-}\nunset %s\n", secretVar(e), e, e)
+			// Not every script signs, and so not every one reads it.
+			fmt.Fprintf(&b, "# shellcheck disable=SC2034 # for the signing commands, if this script has any.\n%s=${%s-}\nunset %s\n", secretVar(e), e, e)
 		}
 		b.WriteString("\n")
 	}
@@ -641,6 +644,15 @@ func deb822(srcs []gpustack.AptSource) string {
 	}
 	return strings.Join(parts, "\n")
 }
+
+// Shellcheck directives for rendered lines that do on purpose what it
+// warns about: a script single-quoted for sh -c to expand in the image
+// (SC2016), and the word lists $kernels and $pkgs, which split into kernel
+// versions and package names, none holding a blank or a glob (SC2086).
+const (
+	scImageScript = "# shellcheck disable=SC2016,SC2086 # a script for sh -c in the image; $kernels splits into versions.\n"
+	scWordList    = "# shellcheck disable=SC2086 # $pkgs splits into package names.\n"
+)
 
 // sq quotes s for a POSIX shell.
 func sq(s string) string {

@@ -70,7 +70,10 @@ pending)
 		name=$(echo "$info" | cut -d'|' -f1)
 		version=$(echo "$info" | cut -d'|' -f2)
 		[ -n "$(echo "$info" | cut -d'|' -f3)" ] || continue
-		[ -n "$name" ] && [ -n "$version" ] || { echo "podvm-gpu: $conf names no PACKAGE_NAME or PACKAGE_VERSION" >&2; exit 1; }
+		if [ -z "$name" ] || [ -z "$version" ]; then
+			echo "podvm-gpu: $conf names no PACKAGE_NAME or PACKAGE_VERSION" >&2
+			exit 1
+		fi
 		src=${conf%/dkms.conf}
 		# Added: dkms's own test, the source link.
 		[ -L "$tree/$name/$version/source" ] || dkms add -m "$name" -v "$version" >&2
@@ -124,7 +127,7 @@ build)
 	name=$1 version=$2 k=$3 a=$4
 	# Nothing stale: dkms skips a build whose module directory exists,
 	# and pack would keep what is there under this build's key.
-	rm -rf "$tree/$name/$version/$k/$a"
+	rm -rf "$tree/${name:?}/${version:?}/${k:?}/${a:?}"
 	rc=0
 	dkms build -m "$name" -v "$version" -k "$k" -a "$a" || rc=$?
 	case $rc in

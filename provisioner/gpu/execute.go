@@ -240,7 +240,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		_, err := e.r.run(ctx, verifyRepoCommand(a))
 		return err
 	case gpustack.VerifyExecutable:
-		cmd := `for p in ` + quoteAll(a.Paths...) + `; do if [ -f "$p" ] && [ -x "$p" ]; then echo "$p: executable"; else echo "$p: missing or not executable" >&2; exit 1; fi; done`
+		cmd := `set -- ` + quoteAll(a.Paths...) + `; for p; do if [ -f "$p" ] && [ -x "$p" ]; then echo "$p: executable"; else echo "$p: missing or not executable" >&2; exit 1; fi; done`
 		_, err := e.r.run(ctx, cmd)
 		return err
 	}
@@ -318,7 +318,7 @@ func (e *executor) writeFile(ctx context.Context, path string, content []byte, m
 	}
 	m := fmt.Sprintf("%o", mode.Perm())
 	s, p := shellQuote(staged), shellQuote(path)
-	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then echo %[2]s: unchanged; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
+	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then printf '%%s: unchanged\n' %[2]s; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
 		s, p, shellQuote(m+":"+user+":"+group), "0"+m, shellQuote(user), shellQuote(group))
 	res, err := e.r.exec(ctx, cmd, false)
 	if err != nil {

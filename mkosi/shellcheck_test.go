@@ -1,0 +1,70 @@
+package mkosi
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
+)
+
+// TestTreesShellcheck holds every shell script of the golden trees (the
+// build, postinst and finalize scripts mkosi runs, and the scripts they
+// install into the image) to sh -n and shellcheck: they run only in an
+// image build.
+func TestTreesShellcheck(t *testing.T) {
+	shellcheck.Require(t)
+	n := 0
+	for _, c := range treeCases {
+		for _, f := range c.render(t, goldenBin, "") {
+			if !isShellScript(f) {
+				continue
+			}
+			n++
+			shellcheck.Check(t, c.name()+": "+f.Path, string(f.Data))
+		}
+	}
+	// The user's keys and passphrases: lines the golden trees lack.
+	dir := t.TempDir()
+	key, cert := filepath.Join(dir, "m.key"), filepath.Join(dir, "m.pem")
+	for _, f := range []string{key, cert} {
+		if err := os.WriteFile(f, []byte("placeholder\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := plan(t, "debian", "13", map[string]string{
+		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
+		"nvidia_module_signing":                 "key",
+		"nvidia_module_signing_key":             key,
+		"nvidia_module_signing_cert":            cert,
+		"nvidia_module_signing_passphrase_env":  "MODPASS",
+		"local_repo":                            "yes",
+		"local_repo_signing_key":                key,
+		"local_repo_passphrase_env":             "REPOPASS",
+	})
+	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if isShellScript(f) {
+			n++
+			shellcheck.Check(t, "user keys: "+f.Path, string(f.Data))
+		}
+	}
+	if n == 0 {
+		t.Fatal("the trees hold no shell script")
+	}
+}
+
+// isShellScript reports whether f starts with a #! line naming a shell, or
+// is named as a script without one.
+func isShellScript(f File) bool {
+	first, _, _ := strings.Cut(string(f.Data), "\n")
+	if strings.HasPrefix(first, "#!") {
+		return strings.HasSuffix(first, "/sh") || strings.HasSuffix(first, "/bash") || strings.Contains(first, "/sh ") || strings.Contains(first, "bash ")
+	}
+	return strings.HasSuffix(f.Path, ".sh")
+}

@@ -1,0 +1,14 @@
+package modcache
+
+import (
+	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
+)
+
+// TestScriptShellcheck holds the image side of the DKMS cache to sh -n and
+// shellcheck: it runs only in an image build.
+func TestScriptShellcheck(t *testing.T) {
+	shellcheck.Require(t)
+	shellcheck.Check(t, "script", script)
+}
