@@ -9,7 +9,7 @@ import (
 // distribution NVIDIA publishes no GPU Operator driver container for, and
 // only then.
 func TestPlanWarnsNodeDistro(t *testing.T) {
-	node := []string{"--enable-nvidia-gpu=no", "--local-repo=yes", "--gpu-operator-driver-version=595.91.07"}
+	node := []string{"--enable-nvidia-gpu=no", "--local-repo=yes", "--gpu-operator-driver-version=595.91.07", "--gpu-operator-driver-repository=registry.example/nvidia"}
 	tests := []struct {
 		name string
 		args []string

@@ -189,8 +189,10 @@ func HelmValues(configMap string, op gpustack.GPUOperator) ([]byte, error) {
 	driver := map[string]any{
 		"nvidiaDriverCRD": map[string]any{"enabled": false},
 		"repoConfig":      map[string]any{"configMapName": configMap},
-		"repository":      op.Repository,
 		"image":           op.Image,
+	}
+	if op.Repository != "" {
+		driver["repository"] = op.Repository
 	}
 	if op.Version != "" {
 		driver["version"] = op.Version
@@ -205,9 +207,14 @@ func HelmValues(configMap string, op gpustack.GPUOperator) ([]byte, error) {
 		"# read-only below /run/nvidia, the host directory the driver DaemonSet\n" +
 		"# mounts already. Install the chart into namespace " + op.Namespace + " (helm -n),\n" +
 		"# where " + ConfigMapFile + " puts the ConfigMap. See docs/gpu-operator.md.\n")
+	if op.Repository == "" {
+		head.WriteString("# driver.repository is the chart's: gpu_operator_driver_repository was not set.\n")
+	}
 	if op.Version == "" {
-		head.WriteString("# driver.version is the chart's: gpu_operator_driver_version was not set,\n" +
-			"# so no " + NVIDIADriverFile + " was written either.\n")
+		head.WriteString("# driver.version is the chart's: gpu_operator_driver_version was not set.\n")
+	}
+	if op.Repository == "" || op.Version == "" {
+		head.WriteString("# So no " + NVIDIADriverFile + " was written: it needs both.\n")
 	}
 	return append([]byte(head.String()), b...), nil
 }
@@ -302,7 +309,6 @@ func Write(dir string, s Set) ([]string, error) {
 		def string
 	}{
 		{&op.Namespace, gpustack.DefaultOperatorNamespace},
-		{&op.Repository, gpustack.DefaultOperatorDriverRepository},
 		{&op.Image, gpustack.DefaultOperatorDriverImage},
 	} {
 		if *d.v == "" {
@@ -336,10 +342,10 @@ func Write(dir string, s Set) ([]string, error) {
 		{KeyFile, s.ArmoredKey},
 		{ManifestFile, manifest},
 	}
-	// A resource that names no image tag would fail on every node, so
-	// none is written without a version; the build's warning and the
-	// values' header say so.
-	if op.Version != "" {
+	// A resource that names no image tag, or only part of its image, would
+	// fail on every node, so none is written without a version and a
+	// repository; the build's warning and the values' header say so.
+	if op.Version != "" && op.Repository != "" {
 		driver, err := NVIDIADriver(s.ConfigMap, *op)
 		if err != nil {
 			return nil, err

@@ -50,8 +50,9 @@ func TestWrite(t *testing.T) {
 		wantImage string
 	}{
 		{"no version: no NVIDIADriver", gpustack.GPUOperator{}, "gpu-operator", ""},
-		{"defaults and a version", gpustack.GPUOperator{Version: "595.91.07"}, "gpu-operator",
-			"nvcr.io/nvidia/driver:595.91.07-ubuntu24.04"},
+		{"a version, no repository: no NVIDIADriver", gpustack.GPUOperator{Version: "595.91.07"}, "gpu-operator", ""},
+		{"the default image, a repository and a version", gpustack.GPUOperator{Repository: "registry.example/nvidia", Version: "595.91.07"}, "gpu-operator",
+			"registry.example/nvidia/driver:595.91.07-ubuntu24.04"},
 		{"OpenShift namespace, a mirror", gpustack.GPUOperator{Namespace: "nvidia-gpu-operator",
 			Repository: "mirror.example:5000/nvidia", Image: "driver", Version: "570.172.08"},
 			"nvidia-gpu-operator", "mirror.example:5000/nvidia/driver:570.172.08-ubuntu24.04"},
@@ -92,7 +93,7 @@ func TestWrite(t *testing.T) {
 			}
 
 			checkConfigMap(t, filepath.Join(dir, ConfigMapFile), tt.wantNS)
-			checkValues(t, filepath.Join(dir, ValuesFile), tt.op.Version)
+			checkValues(t, filepath.Join(dir, ValuesFile), tt.op.Repository, tt.op.Version)
 			if tt.wantImage != "" {
 				if got := checkNVIDIADriver(t, filepath.Join(dir, NVIDIADriverFile), "ubuntu24.04"); got != tt.wantImage {
 					t.Errorf("NVIDIADriver names image %q, want %q", got, tt.wantImage)
@@ -115,9 +116,9 @@ func TestWrite(t *testing.T) {
 // no image tag.
 func TestNVIDIADriverNeedsVersion(t *testing.T) {
 	for _, op := range []gpustack.GPUOperator{
-		{Namespace: "gpu-operator", Repository: "nvcr.io/nvidia", Image: "driver"},
+		{Namespace: "gpu-operator", Repository: "registry.example/nvidia", Image: "driver"},
 		{Namespace: "gpu-operator", Image: "driver", Version: "595.91.07"},
-		{Namespace: "gpu-operator", Repository: "nvcr.io/nvidia", Version: "595.91.07"},
+		{Namespace: "gpu-operator", Repository: "registry.example/nvidia", Version: "595.91.07"},
 	} {
 		if b, err := NVIDIADriver(DefaultConfigMap, op); err == nil {
 			t.Errorf("%+v: want an error, got\n%s", op, b)
@@ -234,7 +235,7 @@ func checkConfigMap(t *testing.T, path, wantNS string) {
 // the ClusterPolicy keeps the driver (nvidiaDriverCRD.enabled false), the
 // repository is selected by configMapName, and the version is pinned only
 // when given.
-func checkValues(t *testing.T, path, version string) {
+func checkValues(t *testing.T, path, repository, version string) {
 	t.Helper()
 	var v map[string]map[string]any
 	readYAML(t, path, &v)
@@ -254,10 +255,11 @@ func checkValues(t *testing.T, path, version string) {
 	if got, _ := d["version"].(string); got != version {
 		t.Errorf("values: driver.version %v, want %q", d["version"], version)
 	}
-	for _, k := range []string{"repository", "image"} {
-		if s, ok := d[k].(string); !ok || s == "" {
-			t.Errorf("values: driver.%s %v, want a string", k, d[k])
-		}
+	if got, _ := d["repository"].(string); got != repository {
+		t.Errorf("values: driver.repository %v, want %q (none: the chart's)", d["repository"], repository)
+	}
+	if s, ok := d["image"].(string); !ok || s == "" {
+		t.Errorf("values: driver.image %v, want a string", d["image"])
 	}
 }
 

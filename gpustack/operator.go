@@ -2,14 +2,15 @@ package gpustack
 
 import "fmt"
 
-// Defaults of the GPU Operator settings. The driver image's are the
-// gpu-operator chart's own (driver.repository and driver.image in
-// NVIDIA/gpu-operator deployments/gpu-operator/values.yaml at a22dbf67):
-// the repository is the operator's default, which names NVIDIA's registry.
+// Defaults of the GPU Operator settings: the chart's own namespace and
+// driver.image (NVIDIA/gpu-operator deployments/gpu-operator/values.yaml at
+// a22dbf67). The driver repository has no default here: it names a
+// registry, which comes from the user's configuration; without it the
+// ClusterPolicy keeps the chart's driver.repository and no NVIDIADriver is
+// written (the operator refuses one that sets only part of its image).
 const (
-	DefaultOperatorNamespace        = "gpu-operator"
-	DefaultOperatorDriverRepository = "nvcr.io/nvidia"
-	DefaultOperatorDriverImage      = "driver"
+	DefaultOperatorNamespace   = "gpu-operator"
+	DefaultOperatorDriverImage = "driver"
 )
 
 // GPUOperator is what the objects written beside the image tell the
@@ -20,7 +21,7 @@ type GPUOperator struct {
 	Repository string
 	Image      string
 	// Version is the driver container's driver version; "" for none, and
-	// then no NVIDIADriver is written.
+	// then no NVIDIADriver is written. So is Repository.
 	Version string
 }
 
@@ -59,7 +60,7 @@ func (o Options) TargetWarnings(t Target) []string {
 		}
 	}
 	return []string{fmt.Sprintf("node image for %s %s (enable_nvidia_gpu=no, local_repo on): NVIDIA publishes no GPU Operator driver container for %s, so the operator's driver pod on these nodes pulls %s/%s:<version>-%s%s, which does not exist, and never starts. Driver containers exist for Ubuntu and RHEL only: build node images from Ubuntu (22.04 or 24.04).",
-		t.Distro, t.Version, t.Distro, o.OperatorDriverRepository, o.OperatorDriverImage, t.Distro, t.Version)}
+		t.Distro, t.Version, t.Distro, orDefault(o.OperatorDriverRepository, "<driver.repository>"), o.OperatorDriverImage, t.Distro, t.Version)}
 }
 
 // validNamespace reports whether s is a Kubernetes namespace name (an RFC

@@ -14,7 +14,7 @@ func TestOperatorSettingsRefused(t *testing.T) {
 		{"GPU_OPERATOR_NAMESPACE", "GPU-Operator"},
 		{"GPU_OPERATOR_NAMESPACE", "-gpu"},
 		{"GPU_OPERATOR_NAMESPACE", strings.Repeat("a", 64)},
-		{"GPU_OPERATOR_DRIVER_REPOSITORY", "https://nvcr.example/nvidia"},
+		{"GPU_OPERATOR_DRIVER_REPOSITORY", "https://registry.example/nvidia"},
 		{"GPU_OPERATOR_DRIVER_REPOSITORY", "Mirror.example/nvidia"},
 		{"GPU_OPERATOR_DRIVER_IMAGE", "driver:580"},
 		// The driver containers carry whole versions: a branch names no tag.
@@ -56,9 +56,10 @@ func TestOperatorWarnings(t *testing.T) {
 		distro string
 		want   []string // each in the warnings; none: no warning
 	}{
-		{"debian node, no version", node, "debian", []string{"gpu_operator_driver_version is not set", "NVIDIA publishes no GPU Operator driver container for debian", "Ubuntu and RHEL"}},
-		{"debian node", with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "debian", []string{"debian 13", "nvcr.io/nvidia/driver:<version>-debian13"}},
-		{"ubuntu node", with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "ubuntu", nil},
+		{"debian node, no version", node, "debian", []string{"gpu_operator_driver_repository and gpu_operator_driver_version not set", "NVIDIA publishes no GPU Operator driver container for debian", "Ubuntu and RHEL"}},
+		{"debian node", with(with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "GPU_OPERATOR_DRIVER_REPOSITORY", "registry.example/nvidia"), "debian", []string{"debian 13", "registry.example/nvidia/driver:<version>-debian13"}},
+		{"debian node, no repository", with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "debian", []string{"gpu_operator_driver_repository not set", "<driver.repository>/driver:<version>-debian13"}},
+		{"ubuntu node", with(with(node, "GPU_OPERATOR_DRIVER_VERSION", "595.91.07"), "GPU_OPERATOR_DRIVER_REPOSITORY", "registry.example/nvidia"), "ubuntu", nil},
 		{"ubuntu node, no version", node, "ubuntu", []string{"no gpu-operator-nvidiadriver.yaml is written"}},
 		{"debian pod VM", map[string]string{}, "debian", nil},
 		{"operator settings without a repository", map[string]string{"ENABLE_NVIDIA_GPU": "no", "LOCAL_REPO": "no", "GPU_OPERATOR_NAMESPACE": "x"}, "debian",

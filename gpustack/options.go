@@ -277,10 +277,17 @@ func (o Options) ignored(origin map[string]Source) []string {
 // Operator's objects. Only the node profile warns: its operator is the
 // consumer of the objects, while a pod VM image carries its own driver.
 func (o Options) operatorWarnings() []string {
-	if !o.NodeProfile() || o.OperatorDriverVersion != "" {
+	var unset []string
+	if o.OperatorDriverRepository == "" {
+		unset = append(unset, "gpu_operator_driver_repository")
+	}
+	if o.OperatorDriverVersion == "" {
+		unset = append(unset, "gpu_operator_driver_version")
+	}
+	if !o.NodeProfile() || len(unset) == 0 {
 		return nil
 	}
-	return []string{"gpu_operator_driver_version is not set, so no gpu-operator-nvidiadriver.yaml is written: an NVIDIADriver without a version makes the operator pull an image path with no tag, which does not exist. The ConfigMap and the Helm values (ClusterPolicy) are written; set gpu_operator_driver_version (such as 595.91.07) for the NVIDIADriver too."}
+	return []string{strings.Join(unset, " and ") + " not set, so no gpu-operator-nvidiadriver.yaml is written: the operator refuses an NVIDIADriver that names only part of its driver image, and one without a version would pull an image path with no tag. The ConfigMap and the Helm values (ClusterPolicy) are written; set both (a repository and a version such as 595.91.07) for the NVIDIADriver too."}
 }
 
 // crossCheck rejects combinations that no target can satisfy.

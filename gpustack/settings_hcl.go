@@ -74,7 +74,7 @@ type Settings struct {
 	OutputDir *string `mapstructure:"output_dir" required:"false"`
 	// Namespace the GPU Operator runs in (gpu-operator with its Helm chart, nvidia-gpu-operator on OpenShift): the driver pods mount the repository's ConfigMap from there, so the ConfigMap is written to it. Environment: `GPU_OPERATOR_NAMESPACE`; default: gpu-operator.
 	GPUOperatorNamespace *string `mapstructure:"gpu_operator_namespace" required:"false"`
-	// Image repository of the operator's driver container (the chart's driver.repository); a mirror for air-gapped clusters. Environment: `GPU_OPERATOR_DRIVER_REPOSITORY`; default: nvcr.io/nvidia.
+	// Image repository of the operator's driver container (the chart's driver.repository, or a mirror for air-gapped clusters). The NVIDIADriver is written only with it and gpu_operator_driver_version, as the operator refuses one that names only part of its image. Environment: `GPU_OPERATOR_DRIVER_REPOSITORY`; default: none: the ClusterPolicy keeps the chart's driver.repository, and no NVIDIADriver is written.
 	GPUOperatorDriverRepository *string `mapstructure:"gpu_operator_driver_repository" required:"false"`
 	// Image name of the operator's driver container in that repository (the chart's driver.image). Environment: `GPU_OPERATOR_DRIVER_IMAGE`; default: driver.
 	GPUOperatorDriverImage *string `mapstructure:"gpu_operator_driver_image" required:"false"`
