@@ -93,6 +93,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	t.KernelsAtBuildTime = true
+	for _, w := range res.Options.TargetWarnings(t) {
+		fmt.Fprintln(stderr, "mkosi: warning:", w)
+	}
 	// Local things first: nothing below may hide them behind a network
 	// error (fetching a repository key).
 	if err := CheckOutput(*out, *force); err != nil {

@@ -120,6 +120,8 @@ func TestGeneratorWarnsAndChecksCacheLevels(t *testing.T) {
 	}{
 		{"ignored hook mode", []string{"--enable-nvidia-gpu=no", "--nvidia-hook-mode=cdi"},
 			[]string{"mkosi: warning:", "--nvidia-hook-mode"}, nil},
+		{"a Debian node image", []string{"--enable-nvidia-gpu=no", "--local-repo=yes"},
+			[]string{"mkosi: warning:", "no GPU Operator driver container for debian"}, nil},
 		// With the GPU stack off nothing is mounted: only the root counts.
 		{"modules/ writable by all, GPU off", []string{"--enable-nvidia-gpu=no", "--build-cache-dir", cache}, nil, []string{"module cache off"}},
 	}
