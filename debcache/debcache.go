@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // layout names the on-disk format; a new one starts an empty directory.
@@ -507,7 +508,7 @@ func (s *Store) Around(query func(cmd string) (string, error), aptCmd string, di
 	}
 	if err == nil && len(wants) > 0 {
 		var show string
-		if show, err = query("apt-cache show " + strings.Join(quoteAll(ShowArgs(wants)), " ")); err == nil {
+		if show, err = query("apt-cache show " + shellquote.Join(ShowArgs(wants)...)); err == nil {
 			wants = AddHashes(wants, show)
 		}
 	}
@@ -543,13 +544,4 @@ func (s *Store) Around(query func(cmd string) (string, error), aptCmd string, di
 		}
 	}
 	return nil
-}
-
-// quoteAll quotes each word for sh: versions carry ':' and '~'.
-func quoteAll(words []string) []string {
-	q := make([]string, len(words))
-	for i, w := range words {
-		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
-	}
-	return q
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // Profile is the profile that holds the GPU stack. mkosi.conf selects it
@@ -248,7 +249,7 @@ func verifying(s gpustack.Step) bool {
 
 func (r *renderer) step(ctx context.Context, i, n int, s gpustack.Step, archive []gpustack.AptSource) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "echo %s\n", sq(fmt.Sprintf("[%d/%d] %s", i, n, s.Title)))
+	fmt.Fprintf(&b, "echo %s\n", shellquote.Quote(fmt.Sprintf("[%d/%d] %s", i, n, s.Title)))
 	for _, a := range s.Actions {
 		if err := r.action(ctx, &b, a, archive); err != nil {
 			return err
@@ -273,7 +274,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			withComps[i].Components = append(slices.Clone(withComps[i].Components), a.Components...)
 		}
 		r.files.add(r.prefix+"mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(withComps)))
-		fmt.Fprintf(b, "echo %s\n", sq("  mkosi: archive components "+strings.Join(a.Components, " ")+" in the sandbox sources"))
+		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: archive components "+strings.Join(a.Components, " ")+" in the sandbox sources"))
 	case gpustack.AptSource:
 		kr, err := keyring(ctx, a.Key, r.c.HTTPClient)
 		if err != nil {
@@ -284,15 +285,15 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		if kr != nil {
 			r.sandboxAndImage(a.Keyring, kr)
 		}
-		fmt.Fprintf(b, "echo %s\n", sq("  mkosi: apt source "+a.SourcesPath()+" (sandbox and image)"))
+		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: apt source "+a.SourcesPath()+" (sandbox and image)"))
 	case gpustack.AptPin:
 		r.sandboxAndImage(a.Path(), []byte(a.Preferences()))
-		fmt.Fprintf(b, "echo %s\n", sq("  mkosi: apt pin "+a.Path()+" (sandbox and image)"))
+		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: apt pin "+a.Path()+" (sandbox and image)"))
 	case gpustack.AptUpdate:
 		b.WriteString("echo '  mkosi: package lists synced before installing'\n")
 	case gpustack.Install:
 		r.packages = append(r.packages, a.Packages...)
-		fmt.Fprintf(b, "echo %s\ninstalled %s\n", sq("  mkosi: Packages= "+strings.Join(a.Packages, " ")), shellWords(packageNames(a.Packages)))
+		fmt.Fprintf(b, "echo %s\ninstalled %s\n", shellquote.Quote("  mkosi: Packages= "+strings.Join(a.Packages, " ")), shellquote.Join(packageNames(a.Packages)...))
 	case gpustack.WriteFile:
 		if !path.IsAbs(a.Path) {
 			return fmt.Errorf("file %q: not an absolute path", a.Path)
@@ -305,17 +306,17 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		}
 		r.files.add(r.prefix+tree+a.Path, a.Mode, []byte(a.Content))
 		// printf, not echo: a unit's path may hold a backslash (\x2d).
-		fmt.Fprintf(b, "printf '%%s\\n' %s\nexists %s\n", sq("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), sq(a.Path))
+		fmt.Fprintf(b, "printf '%%s\\n' %s\nexists %s\n", shellquote.Quote("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), shellquote.Quote(a.Path))
 	case gpustack.EnableUnits:
 		r.units = append(r.units, a.Units...)
-		fmt.Fprintf(b, "enable_units %s\n", shellWords(a.Units))
+		fmt.Fprintf(b, "enable_units %s\n", shellquote.Join(a.Units...))
 	case gpustack.ChooseDriver:
 		// Packages= is fixed before the build, so the choice installs
 		// from the script, with mkosi's apt-get acting on the image.
 		r.network = true
 		var pre []string
 		for _, q := range a.Precompiled {
-			pre = append(pre, sq(q))
+			pre = append(pre, shellquote.Quote(q))
 		}
 		noRec := ""
 		if a.NoRecommends {
@@ -323,12 +324,12 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		}
 		fmt.Fprintf(b, "%sdriver_source=$(%s $kernels | tail -n 1)\n", scImageScript, a.ProbeCommand())
 		fmt.Fprintf(b, "case $driver_source in\n%s)\n\tpkgs=\n\tfor k in $kernels; do pkgs=\"$pkgs %s\"; done\n\tpkgs=\"$pkgs %s\"\n\t;;\n%s) pkgs=%s ;;\n*) die \"driver source probe: got '$driver_source'\" ;;\nesac\n",
-			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, sq(strings.Join(a.DKMS, " ")))
+			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, shellquote.Quote(strings.Join(a.DKMS, " ")))
 		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\n%sapt-get -q install%s $pkgs\n", scWordList, noRec)
 		// Written inside the image: the packages' scripts have run, and a
 		// link they left must not lead out of $BUILDROOT.
 		fmt.Fprintf(b, "%smkosi-chroot sh -c 'mkdir -p \"$(dirname \"$2\")\" && echo \"$1\" >\"$2\"' podvm \"$driver_source\" %s\n%sinstalled $pkgs\n",
-			scImageScript, sq(gpustack.DriverSourceFile), scWordList)
+			scImageScript, shellquote.Quote(gpustack.DriverSourceFile), scWordList)
 	case gpustack.IfDriverSource:
 		var inner strings.Builder
 		for _, x := range a.Actions {
@@ -341,13 +342,13 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			}
 		}
 		fmt.Fprintf(b, "if [ \"$(mkosi-chroot cat %s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
-			sq(gpustack.DriverSourceFile), sq(a.Source), inner.String(), sq("  skipped: only where the driver source taken is "+a.Source))
+			shellquote.Quote(gpustack.DriverSourceFile), shellquote.Quote(a.Source), inner.String(), shellquote.Quote("  skipped: only where the driver source taken is "+a.Source))
 	case gpustack.CheckKernelSignatures:
 		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 	case gpustack.BuildModules:
 		return r.buildModules(b, a)
 	case gpustack.CheckModules:
-		fmt.Fprintf(b, "check_modules %s\n", shellWords(a.Modules))
+		fmt.Fprintf(b, "check_modules %s\n", shellquote.Join(a.Modules...))
 	case gpustack.SignModules:
 		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
 		// made (or piped in), used and gone within this one command.
@@ -366,11 +367,11 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			if pass, err = r.secret(e); err != nil {
 				return fmt.Errorf("nvidia_module_signing_passphrase_env: %w", err)
 			}
-			passEnv = " --passphrase-env " + sq(e)
+			passEnv = " --passphrase-env " + shellquote.Quote(e)
 		}
 		r.needBin = true
 		fmt.Fprintf(b, "podvm_bin=%s\n%s%s\"$podvm_bin\" mkosi module-key --key \"$SRCDIR\"/%s --cert \"$SRCDIR\"/%s%s |\n\tmkosi-chroot %s $kernels\n",
-			sq(r.c.Bin), scImageScript, pass, sq(key), sq(cert), passEnv, a.Command())
+			shellquote.Quote(r.c.Bin), scImageScript, pass, shellquote.Quote(key), shellquote.Quote(cert), passEnv, a.Command())
 	case gpustack.HoldPackages:
 		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 	case gpustack.CheckDriverVersion:
@@ -387,8 +388,8 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		for _, kv := range a.Settings {
 			args = append(args, "--set", kv.Key+"="+kv.Value)
 		}
-		fmt.Fprintf(b, "echo %s\n", sq("  nvidia-ctk config "+a.Path))
-		fmt.Fprintf(b, "mkosi-chroot nvidia-ctk config %s\n", shellWords(args))
+		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  nvidia-ctk config "+a.Path))
+		fmt.Fprintf(b, "mkosi-chroot nvidia-ctk config %s\n", shellquote.Join(args...))
 	case gpustack.BakeRepo:
 		if err := r.bakeRepo(b, a); err != nil {
 			return err
@@ -398,9 +399,9 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		if a.ImageStatus() {
 			closure = "partial"
 		}
-		fmt.Fprintf(b, "verify_repo %s %s %s %s\n", sq(a.Dir), sq(a.Keyring), closure, sq(strings.Join(a.Packages, " ")))
+		fmt.Fprintf(b, "verify_repo %s %s %s %s\n", shellquote.Quote(a.Dir), shellquote.Quote(a.Keyring), closure, shellquote.Quote(strings.Join(a.Packages, " ")))
 	case gpustack.VerifyExecutable:
-		fmt.Fprintf(b, "executable %s\n", shellWords(a.Paths))
+		fmt.Fprintf(b, "executable %s\n", shellquote.Join(a.Paths...))
 	default:
 		return fmt.Errorf("action %T has no mkosi rendering", a)
 	}
@@ -425,7 +426,7 @@ const moduleCacheSource = "podvm-module-cache"
 // always builds on the host that holds the image.
 func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) error {
 	r.needBin = true
-	fmt.Fprintf(b, "podvm_bin=%s\n", sq(r.c.Bin))
+	fmt.Fprintf(b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
 	cache := ""
 	if r.p.Cache.Mode != "no" {
 		if !filepath.IsAbs(r.p.Cache.Dir) {
@@ -474,7 +475,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	specPath := r.prefix + "podvm-bake.json"
 	r.files.add(specPath, 0o644, append(data, '\n'))
 
-	fmt.Fprintf(b, "repo=\"$BUILDROOT\"%s\nmkdir -p \"$repo\"\npkgs=\n", sq(a.Dir))
+	fmt.Fprintf(b, "repo=\"$BUILDROOT\"%s\nmkdir -p \"$repo\"\npkgs=\n", shellquote.Quote(a.Dir))
 	// Templates without a kernel are listed once, the others per kernel.
 	var once, per []string
 	for _, p := range a.Packages {
@@ -502,9 +503,9 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 			return fmt.Errorf("local_repo_passphrase_env: %w", err)
 		}
 	}
-	fmt.Fprintf(b, "podvm_bin=%s\n", sq(r.c.Bin))
+	fmt.Fprintf(b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
 	fmt.Fprintf(b, "%s\"$podvm_bin\" mkosi bake-repo --root \"$BUILDROOT\" --spec \"$SRCDIR\"/%s --srcdir \"$SRCDIR\" --kernels \"$kernels\" --artifacts \"$OUTPUTDIR\"/%s\n",
-		pass, sq(specPath), sq(artifacts))
+		pass, shellquote.Quote(specPath), shellquote.Quote(artifacts))
 	return nil
 }
 
@@ -598,9 +599,9 @@ func (r *renderer) leakCheck() string {
 	var b strings.Builder
 	b.WriteString("echo '[check] No private key material in the image'\n")
 	if r.bake != nil {
-		fmt.Fprintf(&b, "repo_files_only %s\n", sq(r.bake.Dir))
+		fmt.Fprintf(&b, "repo_files_only %s\n", shellquote.Quote(r.bake.Dir))
 	}
-	fmt.Fprintf(&b, "podvm_bin=%s\n", sq(r.c.Bin))
+	fmt.Fprintf(&b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
 	b.WriteString(noPrivateKeys)
 	return b.String()
 }
@@ -624,7 +625,7 @@ func (r *renderer) script(kind string, steps []string, tail string) string {
 	}
 	// Resolve fills kernels from the table's default ("newest").
 	fmt.Fprintf(&b, "target_distribution=%s\ntarget_release=%s\nkernels_setting=%s\n",
-		sq(t.Distro), sq(t.Codename), sq(r.p.KernelSelection))
+		shellquote.Quote(t.Distro), shellquote.Quote(t.Codename), shellquote.Quote(r.p.KernelSelection))
 	b.WriteString(prelude)
 	// The apt half of VerifyRepo, shared with the provisioner.
 	b.WriteString("\n" + gpustack.VerifyRepoShell)
@@ -653,19 +654,6 @@ const (
 	scImageScript = "# shellcheck disable=SC2016,SC2086 # a script for sh -c in the image; $kernels splits into versions.\n"
 	scWordList    = "# shellcheck disable=SC2086 # $pkgs splits into package names.\n"
 )
-
-// sq quotes s for a POSIX shell.
-func sq(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func shellWords(ws []string) string {
-	q := make([]string, len(ws))
-	for i, w := range ws {
-		q[i] = sq(w)
-	}
-	return strings.Join(q, " ")
-}
 
 // packageNames drops the =version of each package.
 func packageNames(pkgs []string) []string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -186,7 +187,7 @@ func TestStepTitles(t *testing.T) {
 		}
 	}
 	for i, s := range p.Steps {
-		want := sq(fmt.Sprintf("[%d/%d] %s", i+1, len(p.Steps), s.Title))
+		want := shellquote.Quote(fmt.Sprintf("[%d/%d] %s", i+1, len(p.Steps), s.Title))
 		if strings.Count(scripts.String(), "echo "+want+"\n") != 1 {
 			t.Errorf("scripts do not echo %s exactly once", want)
 		}
@@ -357,7 +358,7 @@ func TestUpdateInitramfsScript(t *testing.T) {
 			}
 		}
 		log := filepath.Join(t.TempDir(), "log")
-		chroot := "#!/bin/sh\nshift\necho \"ran $*\" >>" + sq(log) + "\n"
+		chroot := "#!/bin/sh\nshift\necho \"ran $*\" >>" + shellquote.Quote(log) + "\n"
 		if err := os.WriteFile(filepath.Join(bin, "mkosi-chroot"), []byte(chroot), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -472,7 +473,7 @@ func TestPreludeKernels(t *testing.T) {
 		"6.10.0-1,6.1.0-1":  "targeted: 6.1.0-1 6.10.0-1\n",
 		"6.2.0-1,7.0.0-new": "kernels: 7.0.0-new is not installed in the image",
 	} {
-		script := "target_distribution=debian target_release=trixie kernels_setting=" + sq(setting) + "\n" + prelude
+		script := "target_distribution=debian target_release=trixie kernels_setting=" + shellquote.Quote(setting) + "\n" + prelude
 		cmd := exec.Command("sh", "-euc", script)
 		cmd.Env = append(os.Environ(), "BUILDROOT="+root, "DISTRIBUTION=debian", "RELEASE=trixie")
 		out, err := cmd.CombinedOutput()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // NoAutoinstall, present while the driver package installs, keeps DKMS's
@@ -162,14 +164,12 @@ esac
 // Command is the image-side command for one step of the module build.
 func Command(args ...string) string {
 	var b strings.Builder
-	b.WriteString("sh -c " + quote(script) + " podvm-dkms")
+	b.WriteString("sh -c " + shellquote.Quote(script) + " podvm-dkms")
 	for _, a := range args {
-		b.WriteString(" " + quote(a))
+		b.WriteString(" " + shellquote.Quote(a))
 	}
 	return b.String()
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Target is the image being built, reached through a Packer communicator
 // or mkosi-chroot.

@@ -18,6 +18,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // indexer indexes and signs the downloaded .debs on the build host. The
@@ -45,7 +46,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		// cancelled already; the cleanup gets a short one of its own.
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, cerr := e.r.query(cctx, "rm -rf "+shellQuote(newDir)); cerr != nil {
+		if _, cerr := e.r.query(cctx, "rm -rf "+shellquote.Word(newDir)); cerr != nil {
 			e.ui.Error(fmt.Sprintf("could not remove %s: %v", newDir, cerr))
 		}
 	}()
@@ -68,7 +69,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	// root wrote under a restrictive umask (sudo's umask, a hardened
 	// image's): the directory is made readable first. The swap sets the
 	// repository's final modes.
-	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellQuote(newDir)+" && cd "+shellQuote(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
+	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellquote.Word(newDir)+" && cd "+shellquote.Word(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
 	if err != nil {
 		return fmt.Errorf("listing downloaded packages: %w", err)
 	}
@@ -99,7 +100,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		}
 		safe := poolName(n)
 		if safe != n {
-			renames = append(renames, "mv "+shellQuote(newDir+"/"+n)+" "+shellQuote(newDir+"/"+safe))
+			renames = append(renames, "mv "+shellquote.Word(newDir+"/"+n)+" "+shellquote.Word(newDir+"/"+safe))
 		}
 		dst := filepath.Join(debDir, safe)
 		err := e.r.download(ctx, newDir+"/"+n, func() (io.WriteCloser, error) { return os.Create(dst) })
@@ -158,7 +159,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			return serr
 		}
 		staged = append(staged, s)
-		installs = append(installs, "install -m 0644 "+shellQuote(s)+" "+shellQuote(newDir+"/"+f))
+		installs = append(installs, "install -m 0644 "+shellquote.Word(s)+" "+shellquote.Word(newDir+"/"+f))
 	}
 	swap, err := swapCommand(newDir, oldDir, b.Dir, append(renames, installs...), staged)
 	if err != nil {
@@ -186,7 +187,7 @@ func swapCommand(newDir, oldDir, dir string, prepare, staged []string) (string, 
 	if err := checkSwapDir(dir); err != nil {
 		return "", err
 	}
-	n, o, d := shellQuote(newDir), shellQuote(oldDir), shellQuote(dir)
+	n, o, d := shellquote.Word(newDir), shellquote.Word(oldDir), shellquote.Word(dir)
 	cmds := append(slices.Clone(prepare),
 		"chown -R root:root "+n,
 		"find "+n+" -type d -exec chmod 0755 {} + && find "+n+" -type f -exec chmod 0644 {} +",
@@ -198,7 +199,7 @@ func swapCommand(newDir, oldDir, dir string, prepare, staged []string) (string, 
 	)
 	cmd := strings.Join(cmds, " && ")
 	if len(staged) > 0 {
-		cmd += "; rc=$?; rm -f " + quoteAll(staged...) + "; exit $rc"
+		cmd += "; rc=$?; rm -f " + shellquote.JoinWords(staged...) + "; exit $rc"
 	}
 	return cmd, nil
 }
@@ -296,15 +297,15 @@ func poolName(n string) string {
 // installing headers does not need them. The package caches are disabled
 // so the image's apt state is not touched.
 func downloadCommands(b gpustack.BakeRepo, newDir string) (prep, fetch, archives, finish string) {
-	n := shellQuote(newDir)
-	t := shellQuote(newDir + "/.apt")
+	n := shellquote.Word(newDir)
+	t := shellquote.Word(newDir + "/.apt")
 	apt := `-o Dir::State::status=` + t + `/status -o Dir::Cache::archives=` + t + `/archives -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root`
 	prep = "rm -rf " + n + " && mkdir -p " + t + "/archives/partial && : > " + t + "/status"
 	if b.Closure {
-		fetch = aptPrefix + " " + apt + " -o APT::Install-Recommends=false --download-only install " + quoteAll(b.Packages...)
+		fetch = aptPrefix + " " + apt + " -o APT::Install-Recommends=false --download-only install " + shellquote.JoinWords(b.Packages...)
 		return prep, fetch, newDir + "/.apt/archives", "mv " + t + "/archives/*.deb " + n + "/ && rm -rf " + t
 	}
-	fetch = "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + quoteAll(b.Packages...)
+	fetch = "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + shellquote.JoinWords(b.Packages...)
 	return prep, fetch, newDir, "rm -rf " + t
 }
 
@@ -330,7 +331,7 @@ func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time
 		}
 	}
 	if sigs {
-		out, err := e.r.query(ctx, "cat "+shellQuote(gpustack.ModuleSignatures))
+		out, err := e.r.query(ctx, "cat "+shellquote.Word(gpustack.ModuleSignatures))
 		if err != nil {
 			return bake.Manifest{}, fmt.Errorf("reading the module signatures: %w", err)
 		}
@@ -348,7 +349,7 @@ func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time
 // fresh manifest (the GPU stack as it is now, the repository section from
 // the old manifest) in the repository and the host artifacts.
 func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDir, newDir string) (bool, error) {
-	dir := shellQuote(b.Dir)
+	dir := shellquote.Word(b.Dir)
 	probe := "if [ -f " + dir + "/manifest.json ] && [ -f " + dir + "/keyring.asc ] && [ -f " + dir + "/InRelease ]; then cat " + dir + "/manifest.json; fi"
 	mjson, err := e.r.query(ctx, probe)
 	if err != nil {
@@ -410,7 +411,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if err != nil {
 		return false, err
 	}
-	if _, err := e.r.run(ctx, "rm -rf "+shellQuote(newDir)); err != nil {
+	if _, err := e.r.run(ctx, "rm -rf "+shellquote.Word(newDir)); err != nil {
 		return false, err
 	}
 	repo := *old.Repo

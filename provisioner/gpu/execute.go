@@ -17,6 +17,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
 
@@ -152,7 +153,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		if a.NoRecommends {
 			cmd += " --no-install-recommends"
 		}
-		cmd += " " + quoteAll(a.Packages...)
+		cmd += " " + shellquote.JoinWords(a.Packages...)
 		return e.withDebs(ctx, cmd, "/var/cache/apt/archives", func() error {
 			_, err := e.r.runApt(ctx, cmd)
 			return err
@@ -175,21 +176,21 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		}
 		return nil
 	case gpustack.CheckKernelSignatures:
-		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		_, err := e.r.run(ctx, a.Command()+" "+shellquote.JoinWords(a.Kernels...))
 		return err
 	case gpustack.WriteFile:
 		return e.writeFile(ctx, a.Path, []byte(a.Content), a.Mode, a.Owner)
 	case gpustack.EnableUnits:
 		// systemctl enable works offline (in a chroot, without a running
 		// systemd): it only creates the wants symlinks.
-		_, err := e.r.run(ctx, "systemctl enable "+quoteAll(a.Units...))
+		_, err := e.r.run(ctx, "systemctl enable "+shellquote.JoinWords(a.Units...))
 		return err
 	case gpustack.BuildModules:
 		return e.buildModules(ctx, a)
 	case gpustack.CheckModules:
 		return e.checkModules(ctx, a.Kernels, a.Modules)
 	case gpustack.SignModules:
-		cmd := a.Command() + " " + quoteAll(a.Kernels...)
+		cmd := a.Command() + " " + shellquote.JoinWords(a.Kernels...)
 		if a.Key == nil || a.Verify {
 			_, err := e.r.run(ctx, cmd)
 			return err
@@ -204,10 +205,10 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		}
 		return res.check(cmd)
 	case gpustack.HoldPackages:
-		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		_, err := e.r.run(ctx, a.Command()+" "+shellquote.JoinWords(a.Kernels...))
 		return err
 	case gpustack.CheckDriverVersion:
-		_, err := e.r.run(ctx, a.Command()+" "+quoteAll(a.Kernels...))
+		_, err := e.r.run(ctx, a.Command()+" "+shellquote.JoinWords(a.Kernels...))
 		return err
 	case gpustack.DeferInitramfs:
 		_, err := e.r.run(ctx, a.Command())
@@ -221,7 +222,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 			// without one loads nouveau from the root file system, where
 			// the modprobe.d blacklist already applies.
 			// %[1]s is one quoted shell word: never inside double quotes.
-			cmd := fmt.Sprintf(`if command -v update-initramfs >/dev/null 2>&1 && [ -e /boot/initrd.img-%[1]s ]; then update-initramfs -u -k %[1]s; else echo no initramfs for %[1]s, nothing to update; fi`, shellQuote(k))
+			cmd := fmt.Sprintf(`if command -v update-initramfs >/dev/null 2>&1 && [ -e /boot/initrd.img-%[1]s ]; then update-initramfs -u -k %[1]s; else echo no initramfs for %[1]s, nothing to update; fi`, shellquote.Word(k))
 			if _, err := e.r.run(ctx, cmd); err != nil {
 				return err
 			}
@@ -232,7 +233,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		for _, kv := range a.Settings {
 			args = append(args, "--set", kv.Key+"="+kv.Value)
 		}
-		_, err := e.r.run(ctx, quoteAll(args...))
+		_, err := e.r.run(ctx, shellquote.JoinWords(args...))
 		return err
 	case gpustack.BakeRepo:
 		return e.bake(ctx, a)
@@ -240,7 +241,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 		_, err := e.r.run(ctx, verifyRepoCommand(a))
 		return err
 	case gpustack.VerifyExecutable:
-		cmd := `set -- ` + quoteAll(a.Paths...) + `; for p; do if [ -f "$p" ] && [ -x "$p" ]; then echo "$p: executable"; else echo "$p: missing or not executable" >&2; exit 1; fi; done`
+		cmd := `set -- ` + shellquote.JoinWords(a.Paths...) + `; for p; do if [ -f "$p" ] && [ -x "$p" ]; then echo "$p: executable"; else echo "$p: missing or not executable" >&2; exit 1; fi; done`
 		_, err := e.r.run(ctx, cmd)
 		return err
 	}
@@ -250,7 +251,7 @@ func (e *executor) do(ctx context.Context, a gpustack.Action) error {
 // chooseDriver runs the plan's probe in the image, installs the branch it
 // took and records it there.
 func (e *executor) chooseDriver(ctx context.Context, a gpustack.ChooseDriver) error {
-	out, err := e.r.run(ctx, a.ProbeCommand()+" "+quoteAll(a.Kernels...))
+	out, err := e.r.run(ctx, a.ProbeCommand()+" "+shellquote.JoinWords(a.Kernels...))
 	if err != nil {
 		return fmt.Errorf("choosing the driver source: %w", err)
 	}
@@ -274,7 +275,7 @@ func (e *executor) chooseDriver(ctx context.Context, a gpustack.ChooseDriver) er
 // the one an earlier run recorded in the image.
 func (e *executor) takenSource(ctx context.Context) (string, error) {
 	if e.driverSource == "" {
-		out, err := e.r.query(ctx, "cat "+shellQuote(gpustack.DriverSourceFile))
+		out, err := e.r.query(ctx, "cat "+shellquote.Word(gpustack.DriverSourceFile))
 		if err != nil {
 			return "", fmt.Errorf("reading the driver source taken: %w", err)
 		}
@@ -291,7 +292,7 @@ func lastLine(s string) string {
 func (e *executor) checkModules(ctx context.Context, kernels, modules []string) error {
 	for _, k := range kernels {
 		for _, m := range modules {
-			if _, err := e.r.run(ctx, "modinfo -k "+shellQuote(k)+" -F filename "+shellQuote(m)); err != nil {
+			if _, err := e.r.run(ctx, "modinfo -k "+shellquote.Word(k)+" -F filename "+shellquote.Word(m)); err != nil {
 				return err
 			}
 		}
@@ -317,9 +318,9 @@ func (e *executor) writeFile(ctx context.Context, path string, content []byte, m
 		return err
 	}
 	m := fmt.Sprintf("%o", mode.Perm())
-	s, p := shellQuote(staged), shellQuote(path)
+	s, p := shellquote.Word(staged), shellquote.Word(path)
 	cmd := fmt.Sprintf(`if cmp -s %[1]s %[2]s && [ "$(stat -c %%a:%%U:%%G %[2]s)" = %[3]s ]; then printf '%%s: unchanged\n' %[2]s; else install -D -m %[4]s -o %[5]s -g %[6]s %[1]s %[2]s; fi; rc=$?; rm -f %[1]s; exit $rc`,
-		s, p, shellQuote(m+":"+user+":"+group), "0"+m, shellQuote(user), shellQuote(group))
+		s, p, shellquote.Word(m+":"+user+":"+group), "0"+m, shellquote.Word(user), shellquote.Word(group))
 	res, err := e.r.exec(ctx, cmd, false)
 	if err != nil {
 		// The command did not run to its end (cancelled, or the
@@ -411,11 +412,11 @@ func verifyRepoScript(a gpustack.VerifyRepo, imageStatus string) string {
 	src := bake.Sources(a.Dir, a.Keyring)
 	status := `: > "$d/status"`
 	if a.ImageStatus() {
-		status = `cp ` + shellQuote(imageStatus) + ` "$d/status"`
+		status = `cp ` + shellquote.Word(imageStatus) + ` "$d/status"`
 	}
 	return gpustack.VerifyRepoShell +
 		`d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
 		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && ` + status + ` && ` +
-		`printf '%s' ` + shellQuote(src) + ` > "$d/sources.list.d/local.sources" && ` +
-		`verify_repo_apt apt-get "$d" ` + quoteAll(a.Packages...)
+		`printf '%s' ` + shellquote.Word(src) + ` > "$d/sources.list.d/local.sources" && ` +
+		`verify_repo_apt apt-get "$d" ` + shellquote.JoinWords(a.Packages...)
 }

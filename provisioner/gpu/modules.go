@@ -12,6 +12,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // buildModules builds the DKMS modules, through the build host's module
@@ -57,7 +58,7 @@ func (t commTarget) Upload(ctx context.Context, path string, f *os.File) error {
 		err = ctx.Err()
 	}
 	if err == nil {
-		_, err = t.r.run(ctx, "mv -f "+shellQuote(staged)+" "+shellQuote(path))
+		_, err = t.r.run(ctx, "mv -f "+shellquote.Word(staged)+" "+shellquote.Word(path))
 	}
 	if err != nil {
 		t.r.removeStaged(staged)

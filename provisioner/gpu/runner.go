@@ -16,6 +16,8 @@ import (
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // tailLines is how much of a failed command's output its error carries.
@@ -79,25 +81,6 @@ func newRunID() string {
 	return hex.EncodeToString(b)
 }
 
-// shellQuote quotes s as a single POSIX shell word.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// quoteAll quotes each word and joins them with spaces.
-func quoteAll(words ...string) string {
-	q := make([]string, len(words))
-	for i, w := range words {
-		q[i] = shellQuote(w)
-	}
-	return strings.Join(q, " ")
-}
-
 // wrap renders execute_command for one command line.
 func (r *runner) wrap(command string) (string, error) {
 	names := make([]string, 0, len(r.env))
@@ -107,14 +90,14 @@ func (r *runner) wrap(command string) (string, error) {
 	slices.Sort(names)
 	var vars []string
 	for _, n := range names {
-		vars = append(vars, n+"="+shellQuote(r.env[n]))
+		vars = append(vars, n+"="+shellquote.Word(r.env[n]))
 	}
 	script := command
 	if len(vars) > 0 {
 		script = "export " + strings.Join(vars, " ") + "; " + command
 	}
 	ictx := r.ictx
-	ictx.Data = &ExecuteCommandTemplate{Command: shellQuote(script), Vars: strings.Join(vars, " ")}
+	ictx.Data = &ExecuteCommandTemplate{Command: shellquote.Word(script), Vars: strings.Join(vars, " ")}
 	out, err := interpolate.Render(r.tmpl, &ictx)
 	if err != nil {
 		return "", fmt.Errorf("rendering execute_command: %w", err)
@@ -353,7 +336,7 @@ func (r *runner) removeStaged(paths ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stagedCleanupTimeout)
 	defer cancel()
-	if _, err := r.query(ctx, "rm -f "+quoteAll(paths...)); err != nil {
+	if _, err := r.query(ctx, "rm -f "+shellquote.JoinWords(paths...)); err != nil {
 		r.ui.Error(fmt.Sprintf("could not remove staged files %s: %v", strings.Join(paths, " "), err))
 	}
 }
