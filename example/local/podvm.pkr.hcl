@@ -6,7 +6,11 @@
 #   sudo make image ENABLE_NVIDIA_GPU=no     the same image without NVIDIA
 #
 # It leaves the tree in output-podvm, a bootable disk output-podvm.qcow2
-# and the host artefacts in output-podvm-artifacts.
+# and the host artefacts in output-podvm-artifacts: local-packages.sources,
+# the GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml
+# (only with GPU_OPERATOR_DRIVER_REPOSITORY and GPU_OPERATOR_DRIVER_VERSION),
+# keyring.asc, manifest.json, and module-signing.der and .pem (the
+# certificate the NVIDIA modules are signed with, when they are).
 #
 # Every podvm-gpu setting not written below comes from the environment
 # (ENABLE_NVIDIA_GPU, NVIDIA_DRIVER_VERSION, ...): `packer-plugin-podvm
@@ -41,7 +45,7 @@ variable "output_directory" {
 variable "artifacts_directory" {
   type        = string
   default     = "output-podvm-artifacts"
-  description = "Where the sources file, GPU Operator ConfigMap, Helm values, keyring.asc and manifest.json go."
+  description = "Where the sources file, GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json and module-signing.{der,pem} (when the NVIDIA modules are signed) go."
 }
 
 variable "output_tarball" {

@@ -12,7 +12,9 @@
 # Outputs land in example/mkosi/_output (PODVM_MKOSI_OUTPUT; the leading
 # underscore keeps Go from reading the tools tree there as our packages): the disk
 # image.raw, and podvm-artifacts/ (local-packages.sources, GPU Operator
-# ConfigMap and Helm values, keyring.asc, manifest.json). The generated
+# ConfigMap and Helm values, keyring.asc, manifest.json, module-signing.der
+# and .pem when the NVIDIA modules are signed, gpu-operator-nvidiadriver.yaml
+# with a driver repository and version). The generated
 # tree is example/mkosi/tree (PODVM_MKOSI_TREE).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
