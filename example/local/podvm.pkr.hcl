@@ -65,6 +65,19 @@ variable "output_image" {
   description = "The disk image; empty for <output_directory>.<format>."
 }
 
+variable "disk_size" {
+  type        = string
+  default     = ""
+  description = "The disk's virtual size with a disk format: empty or auto (the tree plus a quarter and 1 GiB), or a size such as 8G or 3072M. Leave it empty with directory or tar."
+}
+
+variable "root_password" {
+  type        = string
+  default     = ""
+  sensitive   = true
+  description = "A root password, to log in on a test machine's console (docs/booting.md). Empty (the default) leaves root locked, as Debian's base system has it. The image keeps the password's hash: set it only for images you do not share."
+}
+
 source "podvm-rootfs" "debian" {
   suite      = var.suite
   mirror     = var.mirror
@@ -81,6 +94,7 @@ source "podvm-rootfs" "debian" {
   # and cloud-api-adaptor's libvirt provider take it (docs/booting.md).
   format       = var.format
   output_image = var.output_image
+  disk_size    = var.disk_size
 }
 
 build {
@@ -93,6 +107,15 @@ build {
     environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
     inline = [
       "apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools systemd-boot-efi",
+    ]
+  }
+
+  # Only with -var root_password=...: a root password for logging in on a
+  # test machine. Empty, the default, changes nothing.
+  provisioner "shell" {
+    environment_vars = ["ROOT_PASSWORD=${var.root_password}"]
+    inline = [
+      "if [ -n \"$ROOT_PASSWORD\" ]; then printf 'root:%s\\n' \"$ROOT_PASSWORD\" | chpasswd; fi",
     ]
   }
 
