@@ -188,7 +188,13 @@ func swapCommand(newDir, oldDir, dir string, prepare, staged []string) (string, 
 		return "", err
 	}
 	n, o, d := shellquote.Word(newDir), shellquote.Word(oldDir), shellquote.Word(dir)
-	cmds := append(slices.Clone(prepare),
+	// The allowed roots hold directories that packages own (/var/lib/pam,
+	// /opt/<vendor>), which no list can name: an existing directory is
+	// replaced only when it is empty or a repository a podvm build made.
+	guard := "{ [ ! -e " + d + " ] || { [ -d " + d + " ] && [ ! -L " + d + " ] && { [ -z \"$(ls -A " + d + ")\" ] || { [ -f " + d + "/manifest.json ] && [ -f " + d + "/InRelease ]; }; }; } || " +
+		"{ echo " + shellquote.Quote("podvm-gpu: "+dir+" (local_repo_path) exists and is not a repository that a podvm build made: refusing to replace it; choose a directory of its own") + " >&2; false; }; }"
+	cmds := append([]string{guard}, prepare...)
+	cmds = append(cmds,
 		"chown -R root:root "+n,
 		"find "+n+" -type d -exec chmod 0755 {} + && find "+n+" -type f -exec chmod 0644 {} +",
 		"if [ ! -e "+d+" ] && [ -e "+o+" ]; then mv "+o+" "+d+"; fi",
