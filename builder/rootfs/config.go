@@ -731,6 +731,24 @@ var containerRoots = []string{
 
 const outputAllowed = "a directory of the build's own, such as /var/lib/podvm/rootfs or /srv/build/rootfs"
 
+// hostSystemTrees hold the host's own system: the build's outputs may lie
+// nowhere below them, as -force removes an output directory (after killing
+// what runs there) and renames a new image or tarball over an output file.
+// /usr/local is the host's administrator's, not the distribution's.
+var hostSystemTrees = []string{
+	"/etc", "/usr", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+	"/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd", "/var/cache/apt", "/var/log",
+}
+
+// systemTree returns the host system tree that p (clean, absolute) is or
+// lies below, or "".
+func systemTree(p string) string {
+	if within(p, "/usr/local") && p != "/usr/local" {
+		return ""
+	}
+	return belowAny(p, hostSystemTrees)
+}
+
 // checkOutputDir says why out, a clean absolute path other than /, may not
 // be output_directory, or nil. Both out and the path it resolves to are
 // checked, so a link cannot lead the build's removal into a system
@@ -757,6 +775,9 @@ func checkOutputDir(out, home string) error {
 		if inputcheck.IsSystemDir(p) {
 			return fmt.Errorf("%sa system directory: a failed build, or -force, removes output_directory and kills every process whose root lies below it; allowed: %s", what, outputAllowed)
 		}
+		if r := systemTree(p); r != "" {
+			return fmt.Errorf("%sin %s, the host's own system: a failed build, or -force, removes output_directory and kills every process whose root lies below it; allowed: %s", what, r, outputAllowed)
+		}
 		if filepath.Dir(p) == "/home" {
 			return fmt.Errorf("%sa user's home directory, which a failed build, or -force, would remove; allowed: %s", what, outputAllowed)
 		}
@@ -778,7 +799,7 @@ func checkOutputDir(out, home string) error {
 // /dev, /proc, /sys or /run, also by way of a link; and a file that
 // exists must be a regular one, never a device or a pipe.
 func checkOutputFile(file string) error {
-	const allowed = "a regular file, or a new name, outside " + "/dev, /proc, /sys and /run"
+	const allowed = "a regular file, or a new name, outside /dev, /proc, /sys, /run and the host's system trees (/etc, /usr, /boot, ...)"
 	if err := inputcheck.HostPath(file); err != nil {
 		return err
 	}
@@ -792,6 +813,9 @@ func checkOutputFile(file string) error {
 	for _, p := range []string{file, filepath.Join(realDir, filepath.Base(file))} {
 		if r := belowAny(p, hostVolatileRoots); r != "" {
 			return fmt.Errorf("in %s, which holds the host's devices, kernel interfaces or runtime state; allowed: %s", r, allowed)
+		}
+		if r := systemTree(p); r != "" {
+			return fmt.Errorf("in %s, the host's own system, where -force would rename the output over a file; allowed: %s", r, allowed)
 		}
 	}
 	return nil
