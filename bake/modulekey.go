@@ -24,6 +24,9 @@ const (
 	settingModuleKey  = "nvidia_module_signing_key"
 	settingModuleCert = "nvidia_module_signing_cert"
 	settingModulePass = "nvidia_module_signing_passphrase_env"
+	// maxModulePass is OpenSSL's PEM_BUFSIZE, the buffer sign-file's
+	// passphrase callback fills.
+	maxModulePass = 1024
 )
 
 // ModuleKeyInput is what the module signing command reads on its input
@@ -114,6 +117,12 @@ func loadModuleKey(k gpustack.ModuleKey) (moduleKey, error) {
 		// would be read as the key.
 		if strings.ContainsAny(pass, "\n\r") {
 			return moduleKey{}, fmt.Errorf("%s: $%s holds more than one line; the signing script reads the passphrase as one line", settingModulePass, k.PassphraseEnv)
+		}
+		// The kernel's sign-file refuses a passphrase that fills
+		// OpenSSL's 1024-byte buffer, and openssl's own -passin reads no
+		// more: a longer one would pass here, cut, and fail in the image.
+		if len(pass) >= maxModulePass {
+			return moduleKey{}, fmt.Errorf("%s: $%s holds %d bytes; the kernel's sign-file takes passphrases of at most %d", settingModulePass, k.PassphraseEnv, len(pass), maxModulePass-1)
 		}
 	}
 	data, err := keyfile.Read(k.File, settingModuleKey, keyfile.MaxSize)

@@ -69,6 +69,10 @@ func TestModuleKey(t *testing.T) {
 		"noCN":      pemFile("nocn.pem", "CERTIFICATE", selfSigned(t, "", &rsaKey.PublicKey, rsaKey)),
 	}
 	t.Setenv("MODPASS", "s3cret")
+	// What the kernel's sign-file cannot take: 1024 bytes or more.
+	t.Setenv("LONGPASS", strings.Repeat("p", 1024))
+	// A passphrase far above a pipe's buffer: the check must not hang.
+	t.Setenv("HUGEPASS", strings.Repeat("p", 100000))
 	for _, tc := range []struct {
 		name, key, cert, pass string
 		err                   string // substring; "" for none
@@ -86,6 +90,8 @@ func TestModuleKey(t *testing.T) {
 		// sign-file will in the image (see modulekey_openssl_test.go).
 		{"encrypted junk with passphrase", "encrypted", "certPEM", "MODPASS", "cannot decrypt"},
 		{"missing key file", "missing", "certPEM", "", "nvidia_module_signing_key"},
+		{"passphrase sign-file cannot take", "encrypted", "certPEM", "LONGPASS", "at most 1023"},
+		{"passphrase above a pipe's buffer", "encrypted", "certPEM", "HUGEPASS", "at most 1023"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := gpustack.ModuleKey{File: files[tc.key], Cert: files[tc.cert], PassphraseEnv: tc.pass}

@@ -25,10 +25,18 @@ const MaxSize = 1 << 20
 // Read returns the contents of the regular file at path, at most max
 // bytes; setting names the option that gave the path, for the error.
 func Read(path, setting string, max int64) ([]byte, error) {
+	// Opening a device can act on it (a watchdog arms, a tty becomes the
+	// controlling terminal): what is not a regular file is refused before
+	// it is opened, and checked again on the open file for a swap between.
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%s: %w", setting, err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s is %s, not a regular file", setting, path, kind(fi.Mode()))
+	}
 	// O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer
 	// before the mode can be checked. It does not change reads of a
 	// regular file.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", setting, err)
 	}

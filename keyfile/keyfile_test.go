@@ -3,6 +3,7 @@ package keyfile
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -74,5 +75,34 @@ func TestRead(t *testing.T) {
 				t.Errorf("Read(%s): %q; want the setting, the path and %q", tc.path, msg, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadNeverOpensNonRegular: opening a device can act on it (a watchdog
+// arms), so a path that is not a regular file is refused before any open.
+// A FIFO shows it: a writer waiting to open one goes on only once a reader
+// opens it.
+func TestReadNeverOpensNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "opened")
+	writer := exec.Command("sh", "-c", `exec 3>"$1"; : >"$2"`, "sh", fifo, marker)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		writer.Process.Kill()
+		writer.Wait()
+	}()
+	time.Sleep(200 * time.Millisecond) // the writer blocks in its open
+	if _, err := Read(fifo, "some_setting", 100); err == nil {
+		t.Fatal("Read accepted a FIFO")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("Read opened the FIFO: the waiting writer went on")
 	}
 }
