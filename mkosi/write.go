@@ -122,6 +122,12 @@ func Write(dir string, files []File, force bool) error {
 		return fmt.Errorf("mkosi: %w", err)
 	}
 	defer root.Close()
+	// The new files are renamed in from the staging directory beside the
+	// tree; from another file system (the tree a mount point) that fails,
+	// so it is found out before the previous generation is removed.
+	if err := sameFileSystem(root, stage); err != nil {
+		return fmt.Errorf("mkosi: %s: %w", dir, err)
+	}
 	if err := removePrevious(root, previous); err != nil {
 		return err
 	}
@@ -318,6 +324,22 @@ func moveBeneath(root *os.File, from, p string) error {
 	defer unix.Close(fd)
 	if err := unix.Renameat(unix.AT_FDCWD, from, fd, path.Base(p)); err != nil {
 		return &os.LinkError{Op: "rename", Old: from, New: p, Err: err}
+	}
+	return nil
+}
+
+// sameFileSystem says why files cannot be renamed from dir into root, or
+// nil: they lie on different file systems.
+func sameFileSystem(root *os.File, dir string) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(root.Fd()), &a); err != nil {
+		return err
+	}
+	if err := unix.Stat(dir, &b); err != nil {
+		return err
+	}
+	if a.Dev != b.Dev {
+		return fmt.Errorf("the tree is on another file system than its parent directory (a mount point?), where the new files are staged; nothing was changed: generate into a directory below the mount point instead")
 	}
 	return nil
 }

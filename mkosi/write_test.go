@@ -2,9 +2,12 @@ package mkosi
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 )
 
 // TestWriteForceNeverLeavesTheTree has a forced regeneration meet a
@@ -148,5 +151,35 @@ func mustRemoveAll(t *testing.T, p string) {
 	t.Helper()
 	if err := os.RemoveAll(p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriteForceOnAMountPoint: the new files are staged beside the tree
+// and renamed in, which fails across file systems. With the tree a mount
+// point, the write must fail before the previous generation is removed.
+func TestWriteForceOnAMountPoint(t *testing.T) {
+	chroottest.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "tree")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	for name, data := range map[string]string{
+		"mkosi.conf":  "old\n",
+		generatedList: "mkosi.conf\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := Write(dir, []File{{Path: "mkosi.conf", Mode: 0o644, Data: []byte("new\n")}}, true)
+	if err == nil || !strings.Contains(err.Error(), "another file system") {
+		t.Fatalf("Write on a mount point: %v, want a refusal naming the file system", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "mkosi.conf")); err != nil || string(data) != "old\n" {
+		t.Errorf("the previous generation was touched: %q, %v", data, err)
 	}
 }
