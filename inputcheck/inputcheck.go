@@ -304,9 +304,9 @@ func HostDir(p string) error {
 		if err == nil {
 			if !fi.IsDir() {
 				if existing == abs {
-					return refuse(allowed, "an existing %s, not a directory", fileKind(fi.Mode()))
+					return refuse(allowed, "an existing %s, not a directory", FileKind(fi.Mode()))
 				}
-				return refuse(allowed, "below %s, which is a %s, not a directory", existing, fileKind(fi.Mode()))
+				return refuse(allowed, "below %s, which is a %s, not a directory", existing, FileKind(fi.Mode()))
 			}
 			break
 		}
@@ -340,16 +340,24 @@ func HostDir(p string) error {
 	return nil
 }
 
-func fileKind(m fs.FileMode) string {
+// FileKind names the type of a file for a message: "regular file",
+// "directory", "character device", "FIFO"...
+func FileKind(m fs.FileMode) string {
 	switch {
 	case m.IsRegular():
 		return "regular file"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
 	case m&fs.ModeDevice != 0:
-		return "device"
+		return "block device"
 	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
+		return "FIFO"
 	case m&fs.ModeSocket != 0:
 		return "socket"
 	}
-	return "file that is no directory"
+	return "special file"
 }

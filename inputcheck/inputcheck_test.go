@@ -179,7 +179,7 @@ func TestHostDir(t *testing.T) {
 		"/sys/kernel":                  "kernel file system",
 		"/dev/shm/x":                   "kernel file system",
 		toProc:                         "kernel file system",
-		"/dev/null":                    "an existing device",
+		"/dev/null":                    "an existing character device",
 		"a\nb":                         "control character",
 	})
 }

@@ -12,9 +12,10 @@ package keyfile
 import (
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
 // MaxSize bounds a key, certificate or keyring file. An RSA-16384 private
@@ -31,7 +32,7 @@ func Read(path, setting string, max int64) ([]byte, error) {
 	if fi, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%s: %w", setting, err)
 	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s is %s, not a regular file", setting, path, kind(fi.Mode()))
+		return nil, fmt.Errorf("%s: %s is a %s, not a regular file", setting, path, inputcheck.FileKind(fi.Mode()))
 	}
 	// O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer
 	// before the mode can be checked. It does not change reads of a
@@ -46,7 +47,7 @@ func Read(path, setting string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", setting, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s is %s, not a regular file", setting, path, kind(fi.Mode()))
+		return nil, fmt.Errorf("%s: %s is a %s, not a regular file", setting, path, inputcheck.FileKind(fi.Mode()))
 	}
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%s: %s is %d bytes, more than the %d a key or certificate file may have", setting, path, fi.Size(), max)
@@ -61,20 +62,4 @@ func Read(path, setting string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %s is more than the %d bytes a key or certificate file may have", setting, path, max)
 	}
 	return data, nil
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "a " + m.Type().String() + " file"
 }

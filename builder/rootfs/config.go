@@ -804,7 +804,7 @@ func checkOutputFile(file string) error {
 		return err
 	}
 	if fi, err := os.Stat(file); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("an existing %s; allowed: %s", fileKind(fi.Mode()), allowed)
+		return fmt.Errorf("an existing %s; allowed: %s", inputcheck.FileKind(fi.Mode()), allowed)
 	}
 	realDir, err := resolveExisting(filepath.Dir(file))
 	if err != nil {
@@ -848,22 +848,6 @@ func belowAny(p string, roots []string) string {
 		}
 	}
 	return ""
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m.IsDir():
-		return "directory"
-	}
-	return "file that is not a regular file"
 }
 
 // checkNames validates a list setting: each entry must match re, and no
