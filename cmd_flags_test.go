@@ -12,15 +12,21 @@ import (
 
 // captureStderr runs fn with os.Stderr going to a file and returns what
 // was written.
-func captureStderr(t *testing.T, fn func()) string {
+func captureStderr(t *testing.T, fn func()) string { return capture(t, &os.Stderr, fn) }
+
+// captureStdout is captureStderr for os.Stdout.
+func captureStdout(t *testing.T, fn func()) string { return capture(t, &os.Stdout, fn) }
+
+// capture runs fn with *stream going to a file and returns what was written.
+func capture(t *testing.T, stream **os.File, fn func()) string {
 	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	f, err := os.CreateTemp(t.TempDir(), "capture")
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := os.Stderr
-	os.Stderr = f
-	defer func() { os.Stderr = saved }()
+	saved := *stream
+	*stream = f
+	defer func() { *stream = saved }()
 	fn()
 	if _, err := f.Seek(0, 0); err != nil {
 		t.Fatal(err)
@@ -149,24 +155,4 @@ func TestPlanPrintsWarnings(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "plan: warning: NVIDIA_CUDA_REPO_URL is ignored") {
 		t.Errorf("plan: exit %d, stderr %q; want the warning", code, out)
 	}
-}
-
-// captureStdout runs fn with os.Stdout going to a file and returns what
-// was written.
-func captureStdout(t *testing.T, fn func()) string {
-	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = f
-	defer func() { os.Stdout = saved }()
-	fn()
-	if _, err := f.Seek(0, 0); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(f)
-	f.Close()
-	return string(b)
 }
