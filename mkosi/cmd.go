@@ -46,7 +46,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 
 	fs := pflag.NewFlagSet("mkosi", pflag.ContinueOnError)
-	out := fs.String("output", "", "directory to write the tree into (required)")
+	out := fs.String("output", "", "directory to write the tree into (this or --into is required)")
+	into := fs.String("into", "", "an existing mkosi tree (one image, or several in mkosi.images) to add the GPU layer to, in its own profile "+Profile+"; distribution, release and architecture come from the tree")
+	image := fs.String("image", "", "with --into: the image of mkosi.images that gets the layer (default: the one bootable image, else system)")
+	remove := fs.Bool("remove", false, "with --into: take the layer out of the tree again, leaving it as it was before")
 	force := fs.Bool("force", false, "regenerate into a non-empty --output, removing the previous generation's files")
 	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
 	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|jammy|noble")
@@ -56,16 +59,31 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	bin := fs.String("podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
 	collect := gpustack.BindFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n       packer-plugin-podvm mkosi --into TREE [--image NAME] [setting flags]   (the GPU layer in an existing tree, profile "+Profile+")\n       packer-plugin-podvm mkosi --into TREE --remove\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args, false, stderr); !ok {
 		return code
 	}
-	if *out == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "mkosi: --output DIR is required and takes no arguments")
+	if (*out == "") == (*into == "") || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "mkosi: give one of --output DIR (a tree of its own) and --into DIR (a layer in an existing tree); no arguments")
 		fs.Usage()
 		return 2
+	}
+	if *into == "" && (*image != "" || *remove) {
+		fmt.Fprintln(stderr, "mkosi: --image and --remove go with --into DIR")
+		return 2
+	}
+	if *remove {
+		return removeLayer(*into, stdout, stderr)
+	}
+	var layer *Layer
+	if *into != "" {
+		var err error
+		if layer, err = intoTarget(*into, *image, fs, distro, release, arch); err != nil {
+			fmt.Fprintln(stderr, "mkosi:", err)
+			return 2
+		}
 	}
 	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
 	if err != nil {
@@ -98,9 +116,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// Local things first: nothing below may hide them behind a network
 	// error (fetching a repository key).
-	if err := CheckOutput(*out, *force); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+	if layer == nil {
+		if err := CheckOutput(*out, *force); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
 	}
 	binFrom := "--podvm-bin"
 	if *bin == "" {
@@ -141,10 +161,19 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 1
 	}
-	files, err := Render(ctx, Config{Plan: plan, Bin: *bin})
+	files, err := Render(ctx, Config{Plan: plan, Bin: *bin, Into: layer})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if layer != nil {
+		if err := WriteLayer(*into, files); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "mkosi: added the GPU layer for %s to %s (%d files, listed in %s)\n", t, *into, len(files), layerRecord)
+		fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (with the tree's own profiles: --profile PROFILE,%s); remove with: packer-plugin-podvm mkosi --into %s --remove\n", *into, Profile, Profile, *into)
+		return 0
 	}
 	if err := Write(*out, files, *force); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -375,4 +404,68 @@ func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool, stderr io.Writ
 		return 2, false
 	}
 	return 0, true
+}
+
+// removeLayer is --into DIR --remove.
+func removeLayer(dir string, stdout, stderr io.Writer) int {
+	edited, err := RemoveLayer(dir)
+	for _, p := range edited {
+		fmt.Fprintf(stderr, "mkosi: note: %s was edited since the layer wrote it; removed all the same (it was the layer's)\n", p)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "mkosi: removed the GPU layer from %s\n", dir)
+	return 0
+}
+
+// intoTarget reads the tree at dir for the target and the image that
+// gets the layer. The distribution, release and architecture are the
+// tree's; a flag given explicitly must name the same.
+func intoTarget(dir, image string, fs *pflag.FlagSet, distro, release, arch *string) (*Layer, error) {
+	info, err := ReadTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	fromTree := map[string]*string{"distribution": &info.Distribution, "release": &info.Release, "architecture": &info.Architecture}
+	if info.Architecture != "" {
+		for dpkg, m := range mkosiArch {
+			if m == info.Architecture {
+				info.Architecture = dpkg
+			}
+		}
+	}
+	flags := map[string]*string{"distribution": distro, "release": release, "architecture": arch}
+	for _, name := range []string{"distribution", "release", "architecture"} {
+		tv, fv := *fromTree[name], flags[name]
+		switch {
+		case tv == "" && !fs.Changed(name) && name != "architecture":
+			return nil, fmt.Errorf("--into %s: the tree sets no %s; set it in the tree's mkosi.conf or pass --%s", dir, strings.ToUpper(name[:1])+name[1:]+"=", name)
+		case tv == "":
+		case !fs.Changed(name):
+			*fv = tv
+		}
+	}
+	if info.Distribution != "" || info.Release != "" {
+		want, err := gpustack.LookupRelease(*distro, *release, *arch)
+		if err != nil {
+			return nil, fmt.Errorf("--into %s: %w", dir, err)
+		}
+		got, err := gpustack.LookupRelease(orDefault(info.Distribution, *distro), orDefault(info.Release, *release), orDefault(info.Architecture, *arch))
+		if err != nil {
+			return nil, fmt.Errorf("--into %s: the tree's own settings: %w", dir, err)
+		}
+		if got.Distro != want.Distro || got.Codename != want.Codename || got.Arch != want.Arch {
+			return nil, fmt.Errorf("--into %s: the tree builds %s, the flags name %s; leave the flags out or make them match", dir, got, want)
+		}
+	}
+	return LayerFor(info, image)
+}
+
+func orDefault(v, d string) string {
+	if v != "" {
+		return v
+	}
+	return d
 }

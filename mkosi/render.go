@@ -42,7 +42,31 @@ type Config struct {
 	// HTTPClient fetches repository keys named by URL (through repokey,
 	// https only); nil means a default client.
 	HTTPClient *http.Client
+	// Into, when set, renders the plan as a layer of an existing tree
+	// (see Into) instead of a tree of its own.
+	Into *Layer
 }
+
+// Layer says where a layer's files go in an existing tree. Its image
+// settings, trees and scripts go into a drop-in directory of the image
+// that gets the layer; the settings mkosi takes only at the top level of a
+// tree of several images (universal: [Build], SourceDateEpoch=, sandbox
+// trees) go into a drop-in directory at the top. Both match on the
+// profile, so selecting it turns the layer on.
+type Layer struct {
+	// ImageDir is the image's directory, relative to the tree's root: ""
+	// for a tree of one image, "mkosi.images/system" in a tree of several.
+	ImageDir string
+}
+
+// LayerDropIn is the name of the layer's drop-in directories.
+const LayerDropIn = "50-podvm-" + Profile
+
+func (l *Layer) imagePrefix() string {
+	return path.Join(l.ImageDir, "mkosi.conf.d", LayerDropIn) + "/"
+}
+
+func (l *Layer) universalPrefix() string { return "mkosi.conf.d/" + LayerDropIn + "/" }
 
 // File is one file of the rendered tree.
 type File struct {
@@ -90,12 +114,17 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	}
 
 	r := &renderer{c: c, p: p, files: tree{}}
+	if c.Into != nil {
+		r.prefix, r.universal = c.Into.imagePrefix(), c.Into.universalPrefix()
+		return r.render(ctx, archive)
+	}
 	// The plan's files go into the nvidia-gpu profile when the GPU stack is
 	// on, so one flag turns the whole stack off; a repository-only plan
 	// goes into the top-level tree.
 	if p.GPU {
 		r.prefix = "mkosi.profiles/" + Profile + "/"
 	}
+	r.universal = r.prefix
 
 	var errp error
 	var cfg, dist section
@@ -143,17 +172,21 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	// mkosi's built-in Debian list includes a -debug suite that mirrors
 	// rarely carry; a sources file in the sandbox replaces the whole list.
 	r.files.add("mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(archive)))
+	if errp != nil {
+		return nil, fmt.Errorf("mkosi: %w", errp)
+	}
+	return r.render(ctx, archive)
+}
 
-	for i, s := range p.Steps {
-		if err := r.step(ctx, i+1, len(p.Steps), s, archive); err != nil {
+// render renders the plan's steps and what they collect.
+func (r *renderer) render(ctx context.Context, archive []gpustack.AptSource) ([]File, error) {
+	for i, s := range r.p.Steps {
+		if err := r.step(ctx, i+1, len(r.p.Steps), s, archive); err != nil {
 			return nil, fmt.Errorf("mkosi: step %s: %w", s.ID, err)
 		}
 	}
 	if err := r.finish(); err != nil {
 		return nil, fmt.Errorf("mkosi: %w", err)
-	}
-	if errp != nil {
-		return nil, fmt.Errorf("mkosi: %w", errp)
 	}
 	return r.files.sorted(), nil
 }
@@ -162,7 +195,10 @@ type renderer struct {
 	c      Config
 	p      *gpustack.Plan
 	prefix string
-	files  tree
+	// universal is where the settings go that mkosi takes only at the top
+	// of a tree of several images; the same as prefix in a tree of ours.
+	universal string
+	files     tree
 
 	packages []string
 	units    []string
@@ -210,9 +246,8 @@ func secretVar(name string) string { return "podvm_secret_" + name }
 // sandboxAndImage writes an apt file into the sandbox, for the build, and
 // into the image, for later upgrades, as the Packer path leaves it.
 func (r *renderer) sandboxAndImage(p string, data []byte) {
-	for _, root := range []string{"mkosi.sandbox", "mkosi.extra"} {
-		r.files.add(r.prefix+root+p, 0o644, data)
-	}
+	r.files.add(r.universal+"mkosi.sandbox"+p, 0o644, data)
+	r.files.add(r.prefix+"mkosi.extra"+p, 0o644, data)
 }
 
 func (r *renderer) header(name string) string {
@@ -273,7 +308,7 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 		for i := range withComps {
 			withComps[i].Components = append(slices.Clone(withComps[i].Components), a.Components...)
 		}
-		r.files.add(r.prefix+"mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(withComps)))
+		r.files.add(r.universal+"mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(withComps)))
 		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: archive components "+strings.Join(a.Components, " ")+" in the sandbox sources"))
 	case gpustack.AptSource:
 		kr, err := keyring(ctx, a.Key, r.c.HTTPClient)
@@ -525,10 +560,17 @@ func (r *renderer) finish() error {
 	// mkosi's own initrd collects kernel modules by its rules, not the
 	// image's initramfs hooks.
 	scn.list("KernelModulesInitrdExclude", r.p.InitrdExclude)
+	// SourceDateEpoch= is universal: in a layer, it goes to the top.
+	var top section
+	top.name = "Content"
+	epoch := scn
+	if r.c.Into != nil {
+		epoch = setter{&top, &errp}
+	}
 	if e := r.p.SourceDateEpoch; e >= 0 {
 		// mkosi exports it to the scripts, where the repository's Release
 		// date and the manifest take it.
-		scn.set("SourceDateEpoch", fmt.Sprint(e))
+		epoch.set("SourceDateEpoch", fmt.Sprint(e))
 	}
 	sb := setter{&build, &errp}
 	// The finalize script always checks for key material, even when the
@@ -562,11 +604,11 @@ func (r *renderer) finish() error {
 		// itself, so the tree is listed first. mkosi reads a relative
 		// path from the directory of the file that sets it: from a
 		// profile's mkosi.conf the tree is its parent's parent.
-		top := "."
-		if r.prefix != "" {
-			top = strings.TrimSuffix(strings.Repeat("../", strings.Count(r.prefix, "/")), "/")
+		root := "."
+		if r.universal != "" {
+			root = strings.TrimSuffix(strings.Repeat("../", strings.Count(r.universal, "/")), "/")
 		}
-		sb.list("BuildSources", append([]string{top}, r.sources...))
+		sb.list("BuildSources", append([]string{root}, r.sources...))
 	}
 	if len(r.environment) > 0 {
 		sb.list("Environment", r.environment)
@@ -575,7 +617,27 @@ func (r *renderer) finish() error {
 	if r.prefix == "" {
 		conf = "mkosi.conf.d/50-podvm.conf"
 	}
-	if len(content.keys)+len(build.keys) > 0 {
+	switch {
+	case r.c.Into != nil:
+		var match section
+		match.name = "Match"
+		setter{&match, &errp}.set("Profiles", Profile)
+		if r.prefix == r.universal {
+			// A tree of one image: one drop-in takes both.
+			if len(content.keys)+len(top.keys)+len(build.keys) > 0 {
+				content.keys = append(content.keys, top.keys...)
+				r.files.add(conf, 0o644, []byte(iniFile(r.header(conf), match, content, build)))
+			}
+			break
+		}
+		if len(content.keys) > 0 {
+			r.files.add(conf, 0o644, []byte(iniFile(r.header(conf), match, content)))
+		}
+		if len(top.keys)+len(build.keys) > 0 {
+			u := r.universal + "mkosi.conf"
+			r.files.add(u, 0o644, []byte(iniFile(r.header(u), match, top, build)))
+		}
+	case len(content.keys)+len(build.keys) > 0:
 		r.files.add(conf, 0o644, []byte(iniFile(r.header(path.Base(conf)), content, build)))
 	}
 	if len(r.units) > 0 {
