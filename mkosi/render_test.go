@@ -41,6 +41,7 @@ const goldenCacheDir = "/var/cache/podvm-golden"
 var treeCases = []treeCase{
 	{"debian", "13", "yes"}, {"debian", "13", "no"},
 	{"ubuntu", "24.04", "yes"}, {"ubuntu", "24.04", "no"},
+	{"ubuntu", "26.04", "yes"}, {"ubuntu", "26.04", "no"},
 }
 
 // plan resolves settings from explicit values only, so the environment of
