@@ -149,9 +149,20 @@ func summaryCases() []treeCase {
 // through, the profile's scripts must be picked up and mkosi must not warn
 // (an unknown or misplaced setting is a warning or an error).
 func TestMkosiSummary(t *testing.T) {
-	argvs := map[string][]string{}
+	type runner struct {
+		name string
+		argv []string
+	}
+	var mkosis []runner
 	for _, v := range mkosiVersions {
-		argvs[v.version] = needMkosiVersion(t, v)
+		mkosis = append(mkosis, runner{v.version, needMkosiVersion(t, v)})
+	}
+	// Other mkosi versions from source checkouts (v26, which CAA pins, is
+	// in no Debian suite): PODVM_MKOSI_SOURCES=DIR[:DIR...].
+	if dirs := os.Getenv("PODVM_MKOSI_SOURCES"); dirs != "" {
+		for _, d := range filepath.SplitList(dirs) {
+			mkosis = append(mkosis, runner{"source-" + filepath.Base(d), []string{"PYTHONPATH=" + d, "python3", "-m", "mkosi"}})
+		}
 	}
 	for _, c := range summaryCases() {
 		dir := t.TempDir()
@@ -169,15 +180,15 @@ func TestMkosiSummary(t *testing.T) {
 		if c.gpu == "yes" && c.source == "" {
 			profiles = append(profiles, "off")
 		}
-		for _, v := range mkosiVersions {
+		for _, m := range mkosis {
 			for _, prof := range profiles {
-				t.Run(c.name()+"/mkosi-"+v.version+"/profile-"+prof, func(t *testing.T) {
+				t.Run(c.name()+"/mkosi-"+m.name+"/profile-"+prof, func(t *testing.T) {
 					t.Parallel() // each run is a Python start-up, mostly
 					args := []string{"--json", "summary"}
 					if prof == "off" {
 						args = []string{"--profile=", "--json", "summary"}
 					}
-					out, stderr := runMkosi(t, argvs[v.version], dir, args...)
+					out, stderr := runMkosi(t, m.argv, dir, args...)
 					if strings.TrimSpace(stderr) != "" {
 						t.Errorf("mkosi printed on stderr (warnings count as failures):\n%s", stderr)
 					}
