@@ -84,19 +84,27 @@ func needMkosiVersion(t *testing.T, v mkosiVersion) []string {
 	return argv
 }
 
-// runMkosi runs mkosi in dir and returns stdout and stderr.
+// runMkosi runs mkosi in dir and returns stdout and stderr; a failure
+// fails the test.
 func runMkosi(t *testing.T, argv []string, dir string, args ...string) ([]byte, string) {
 	t.Helper()
+	stdout, stderr, err := tryMkosi(argv, dir, args...)
+	if err != nil {
+		t.Fatalf("mkosi %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
+	}
+	return stdout, stderr
+}
+
+// tryMkosi runs mkosi in dir and returns stdout, stderr and its error.
+func tryMkosi(argv []string, dir string, args ...string) ([]byte, string, error) {
 	env, prog := argv[0], argv[1:]
 	cmd := exec.Command(prog[0], append(prog[1:], args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("mkosi %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr.String())
-	}
-	return stdout.Bytes(), stderr.String()
+	err := cmd.Run()
+	return stdout.Bytes(), stderr.String(), err
 }
 
 // summary is the part of `mkosi --json summary` the tests read.
@@ -106,7 +114,7 @@ type summary struct {
 
 // summaryImage is one image of the summary.
 type summaryImage struct {
-	Image                   string // mkosi 27: the image's name
+	Image                   string // a subimage's name; 26 and later name the main image "main", 25.3 leaves it empty
 	Distribution            string
 	Release                 string
 	Architecture            string
@@ -122,6 +130,30 @@ type summaryImage struct {
 	Bootable                string
 	Bootloader              string
 	KernelCommandLine       []string
+	WithNetwork             bool
+}
+
+// mkosiRunner is one mkosi the tests parse trees with.
+type mkosiRunner struct {
+	name string   // its version, or source-<dir> for a source checkout
+	argv []string // "PYTHONPATH=... python3 -m mkosi"
+}
+
+// parsingMkosis are the mkosis that parse every tree: mkosiVersions, and
+// mkosi source checkouts named by PODVM_MKOSI_SOURCES=DIR[:DIR...] (v26,
+// which CAA pins, is in no Debian suite).
+func parsingMkosis(t *testing.T) []mkosiRunner {
+	t.Helper()
+	var rs []mkosiRunner
+	for _, v := range mkosiVersions {
+		rs = append(rs, mkosiRunner{v.version, needMkosiVersion(t, v)})
+	}
+	if dirs := os.Getenv("PODVM_MKOSI_SOURCES"); dirs != "" {
+		for _, d := range filepath.SplitList(dirs) {
+			rs = append(rs, mkosiRunner{"source-" + filepath.Base(d), []string{"PYTHONPATH=" + d, "python3", "-m", "mkosi"}})
+		}
+	}
+	return rs
 }
 
 // summaryCases are the trees every mkosi version parses: each supported
@@ -149,21 +181,7 @@ func summaryCases() []treeCase {
 // through, the profile's scripts must be picked up and mkosi must not warn
 // (an unknown or misplaced setting is a warning or an error).
 func TestMkosiSummary(t *testing.T) {
-	type runner struct {
-		name string
-		argv []string
-	}
-	var mkosis []runner
-	for _, v := range mkosiVersions {
-		mkosis = append(mkosis, runner{v.version, needMkosiVersion(t, v)})
-	}
-	// Other mkosi versions from source checkouts (v26, which CAA pins, is
-	// in no Debian suite): PODVM_MKOSI_SOURCES=DIR[:DIR...].
-	if dirs := os.Getenv("PODVM_MKOSI_SOURCES"); dirs != "" {
-		for _, d := range filepath.SplitList(dirs) {
-			mkosis = append(mkosis, runner{"source-" + filepath.Base(d), []string{"PYTHONPATH=" + d, "python3", "-m", "mkosi"}})
-		}
-	}
+	mkosis := parsingMkosis(t)
 	for _, c := range summaryCases() {
 		dir := t.TempDir()
 		// mkosi checks that ExtraSearchPaths= exist.
