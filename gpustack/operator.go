@@ -59,7 +59,7 @@ func (o Options) TargetWarnings(t Target) []string {
 			return nil
 		}
 	}
-	return []string{fmt.Sprintf("node image for %s %s (enable_nvidia_gpu=no, local_repo on): NVIDIA publishes no GPU Operator driver container for %s, so the operator's driver pod on these nodes pulls %s/%s:<version>-%s%s, which does not exist, and never starts. Driver containers exist for Ubuntu and RHEL only: build node images from Ubuntu (22.04, 24.04 or 26.04).",
+	return []string{fmt.Sprintf("node image for %s %s (enable_nvidia_gpu=no, local_repo on): NVIDIA publishes no GPU Operator driver container for %s, so the operator's driver pod on these nodes pulls %s/%s:<version>-%s%s, which does not exist, and never starts. Driver containers exist for Ubuntu and RHEL only: build node images from Ubuntu (22.04 or 24.04).",
 		t.Distro, t.Version, t.Distro, orDefault(o.OperatorDriverRepository, "<driver.repository>"), o.OperatorDriverImage, t.Distro, t.Version)}
 }
 
