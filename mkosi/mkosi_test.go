@@ -59,13 +59,13 @@ func (v mkosiVersion) command() ([]string, error) {
 // needMkosi returns the command of the mkosi that builds (mkosiBuild).
 func needMkosi(t *testing.T) []string {
 	t.Helper()
-	return needMkosiVersion(t, mkosiBuild)
+	return needMkosiOf(t, mkosiBuild)
 }
 
-// needMkosiVersion returns the command that runs mkosi v. Without network
+// needMkosiOf returns the command that runs mkosi v. Without network
 // or apt the tests that need it skip, unless PODVM_REQUIRE_MKOSI=1 makes
 // that a failure.
-func needMkosiVersion(t *testing.T, v mkosiVersion) []string {
+func needMkosiOf(t *testing.T, v mkosiVersion) []string {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("mkosi runs on Linux only")
@@ -130,7 +130,6 @@ type summaryImage struct {
 	Bootable                string
 	Bootloader              string
 	KernelCommandLine       []string
-	WithNetwork             bool
 }
 
 // mkosiRunner is one mkosi the tests parse trees with.
@@ -146,7 +145,7 @@ func parsingMkosis(t *testing.T) []mkosiRunner {
 	t.Helper()
 	var rs []mkosiRunner
 	for _, v := range mkosiVersions {
-		rs = append(rs, mkosiRunner{v.version, needMkosiVersion(t, v)})
+		rs = append(rs, mkosiRunner{v.version, needMkosiOf(t, v)})
 	}
 	if dirs := os.Getenv("PODVM_MKOSI_SOURCES"); dirs != "" {
 		for _, d := range filepath.SplitList(dirs) {
