@@ -18,7 +18,7 @@ func init() {
 func runPlan(args []string) int {
 	fs := pflag.NewFlagSet("plan", pflag.ContinueOnError)
 	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
-	release := fs.String("release", "13", "target release by version or codename: 12, 13, 22.04, 24.04, bookworm, trixie, jammy, noble")
+	release := fs.String("release", "13", "target release by version or codename: 12, 13, 22.04, 24.04, 26.04, bookworm, trixie, jammy, noble, resolute")
 	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
 	kernels := fs.StringSlice("kernel", nil, "a kernel version installed in the image (repeat for several); none: resolved at build time")
 	collect := gpustack.BindFlags(fs)

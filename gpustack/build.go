@@ -17,6 +17,12 @@ type release struct {
 	cudaDir string
 	// cudaKey is the signing key file in that repository and its fingerprint.
 	cudaKey, cudaFingerprint string
+	// noCUDARepo says why the release has no CUDA repository source ("" for
+	// one that has), for the message that refuses nvidia_driver_source=cuda-repo.
+	noCUDARepo string
+	// dkmsPackages are what DKMS needs on the release without depending on
+	// it, installed with the driver where DKMS builds the modules.
+	dkmsPackages []string
 	// autoProprietary makes nvidia_kernel_modules=auto pick the proprietary
 	// modules of the archive's driver although it ships open ones: the
 	// open ones do not build against the release's current kernels.

@@ -16,12 +16,15 @@ var goldenTargets = []Target{
 	{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64", Kernels: []string{"6.12.57+deb13-amd64"}},
 	{Distro: "ubuntu", Version: "22.04", Codename: "jammy", Arch: "amd64", Kernels: []string{"5.15.0-1089-aws", "6.8.0-1021-aws"}},
 	{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64", Kernels: []string{"6.8.0-1028-azure"}},
+	// The kernel NVIDIA's 26.04 precompiled driver container targets.
+	{Distro: "ubuntu", Version: "26.04", Codename: "resolute", Arch: "amd64", Kernels: []string{"7.0.0-12-generic"}},
 }
 
 func TestPlanKernelsAtBuildTime(t *testing.T) {
 	for _, tg := range []Target{
 		{Distro: "debian", Version: "13", Codename: "trixie", Arch: "amd64", KernelsAtBuildTime: true},
 		{Distro: "ubuntu", Version: "24.04", Codename: "noble", Arch: "amd64", KernelsAtBuildTime: true},
+		{Distro: "ubuntu", Version: "26.04", Codename: "resolute", Arch: "amd64", KernelsAtBuildTime: true},
 	} {
 		for _, gpu := range []string{"yes", "no"} {
 			name := fmt.Sprintf("%s-%s-gpu-%s-deferred", tg.Distro, tg.Version, gpu)
@@ -68,6 +71,12 @@ func TestPlanGolden(t *testing.T) {
 						if src == "precompiled" && tg.Distro == "debian" {
 							if err == nil || !strings.Contains(err.Error(), "nvidia_driver_source=precompiled") {
 								t.Fatalf("want precompiled refused on Debian, got %v", err)
+							}
+							return
+						}
+						if src == "cuda-repo" && tg.Codename == "resolute" {
+							if err == nil || !strings.Contains(err.Error(), "nvidia_driver_source=cuda-repo: not supported on ubuntu 26.04") {
+								t.Fatalf("want cuda-repo refused on Ubuntu 26.04, got %v", err)
 							}
 							return
 						}

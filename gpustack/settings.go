@@ -293,7 +293,7 @@ var Table = []Setting{
 		Help: "Install the NVIDIA driver, container toolkit and guest hook.",
 		set:  func(o *Options, v value) { o.EnableGPU = v.b }},
 	{Key: "nvidia_driver_version", Env: "NVIDIA_DRIVER_VERSION", Kind: String, Section: "gpu",
-		DefaultDoc: "per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570",
+		DefaultDoc: "per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570, Ubuntu 26.04 595",
 		Help:       `Driver branch ("550") or exact version ("550.163.01").`,
 		check:      &checkDriverVersion,
 		set:        func(o *Options, v value) { o.DriverVersion = v.s }},

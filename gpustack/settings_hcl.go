@@ -8,7 +8,7 @@ package gpustack
 type Settings struct {
 	// Install the NVIDIA driver, container toolkit and guest hook. Environment: `ENABLE_NVIDIA_GPU`; default: yes.
 	EnableNvidiaGPU *string `mapstructure:"enable_nvidia_gpu" required:"false"`
-	// Driver branch ("550") or exact version ("550.163.01"). Environment: `NVIDIA_DRIVER_VERSION`; default: per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570.
+	// Driver branch ("550") or exact version ("550.163.01"). Environment: `NVIDIA_DRIVER_VERSION`; default: per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570, Ubuntu 26.04 595.
 	NvidiaDriverVersion *string `mapstructure:"nvidia_driver_version" required:"false"`
 	// Kernel module flavour; auto picks open where the branch ships open modules that build against the release's kernels (Debian 13's archive driver: proprietary). Environment: `NVIDIA_KERNEL_MODULES`; default: auto.
 	NvidiaKernelModules *string `mapstructure:"nvidia_kernel_modules" required:"false"`

@@ -15,6 +15,14 @@ func init() {
 		defaultBranch: "535", cudaDir: "ubuntu2204", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
 	releases["ubuntu-24.04"] = release{distro: "ubuntu", version: "24.04", codename: "noble", family: ubuntu{},
 		defaultBranch: "570", cudaDir: "ubuntu2404", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
+	// 595 is the branch NVIDIA's 26.04 driver containers build by default;
+	// the archive carries its -server packages and Canonical's precompiled
+	// modules (both flavours). No cudaDir: see noCUDARepo.
+	releases["ubuntu-26.04"] = release{distro: "ubuntu", version: "26.04", codename: "resolute", family: ubuntu{},
+		// DKMS compresses the modules it builds with zstd, as the release's
+		// kernel modules are, yet does not depend on it.
+		dkmsPackages:  []string{"zstd"},
+		defaultBranch: "595", noCUDARepo: "NVIDIA's ubuntu2604 repository installs unversioned driver packages held by a nvidia-driver-pinning-<version> package, not the branch-named ones (cuda-drivers-<branch>, nvidia-driver-<branch>-open) the plan pins, and its signing key file has not been checked"}
 }
 
 func (ubuntu) archiveComponents() []string { return []string{"restricted"} }
@@ -46,6 +54,9 @@ func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, e
 	b := d.Branch
 	switch d.Source {
 	case SourceCUDARepo:
+		if r.noCUDARepo != "" {
+			return nil, false, fmt.Errorf("nvidia_driver_source=cuda-repo: not supported on %s: %s; allowed there: auto, distro, precompiled", r.name(), r.noCUDARepo)
+		}
 		if d.Flavour == ModulesOpen {
 			return []string{"nvidia-driver-" + b + "-open"}, true, nil
 		}
@@ -61,7 +72,7 @@ func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, e
 		}
 		return append(pkgs, rest...), false, nil
 	}
-	return []string{"nvidia-headless-" + b + serverSuffix(d), "nvidia-utils-" + b + "-server"}, true, nil
+	return append([]string{"nvidia-headless-" + b + serverSuffix(d), "nvidia-utils-" + b + "-server"}, r.dkmsPackages...), true, nil
 }
 
 // Canonical builds and signs the modules of the -server branches for each

@@ -52,7 +52,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	remove := fs.Bool("remove", false, "with --into: take the layer out of the tree again, leaving it as it was before")
 	force := fs.Bool("force", false, "regenerate into a non-empty --output, removing the previous generation's files")
 	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
-	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|jammy|noble")
+	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|26.04|jammy|noble|resolute")
 	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
 	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+aptsource.Dir+")")
 	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+aptsource.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")

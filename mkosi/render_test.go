@@ -32,15 +32,41 @@ const goldenBin = "/opt/podvm/bin/packer-plugin-podvm"
 type treeCase struct {
 	distro, release string
 	gpu             string
+	// source is nvidia_driver_source; "" leaves the default (auto).
+	source string
 }
 
-func (c treeCase) name() string { return fmt.Sprintf("%s-%s-gpu-%s", c.distro, c.release, c.gpu) }
+func (c treeCase) name() string {
+	n := fmt.Sprintf("%s-%s-gpu-%s", c.distro, c.release, c.gpu)
+	if c.source != "" {
+		n += "-" + c.source
+	}
+	return n
+}
+
+// settings are the case's settings beyond the build cache and mirrors.
+func (c treeCase) settings() map[string]string {
+	s := map[string]string{"enable_nvidia_gpu": c.gpu}
+	if c.source != "" {
+		s["nvidia_driver_source"] = c.source
+	}
+	if c.gpu == "yes" {
+		// Local key files: the tests never reach NVIDIA. Any key will do
+		// for the CUDA repository, as nothing is fetched from it.
+		s["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
+		if c.source == "cuda-repo" {
+			s["nvidia_cuda_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
+		}
+	}
+	return s
+}
 
 const goldenCacheDir = "/var/cache/podvm-golden"
 
 var treeCases = []treeCase{
-	{"debian", "13", "yes"}, {"debian", "13", "no"},
-	{"ubuntu", "24.04", "yes"}, {"ubuntu", "24.04", "no"},
+	{distro: "debian", release: "13", gpu: "yes"}, {distro: "debian", release: "13", gpu: "no"},
+	{distro: "ubuntu", release: "24.04", gpu: "yes"}, {distro: "ubuntu", release: "24.04", gpu: "no"},
+	{distro: "ubuntu", release: "26.04", gpu: "yes"}, {distro: "ubuntu", release: "26.04", gpu: "no"},
 }
 
 // plan resolves settings from explicit values only, so the environment of
@@ -81,13 +107,10 @@ func plan(t *testing.T, distro, release string, settings map[string]string) *gpu
 // render renders the case's tree; cacheDir "" is the goldens' fixed one.
 func (c treeCase) render(t *testing.T, bin, cacheDir string) []File {
 	t.Helper()
-	settings := map[string]string{"enable_nvidia_gpu": c.gpu, "source_date_epoch": "1700000000"}
+	settings := c.settings()
+	settings["source_date_epoch"] = "1700000000"
 	if cacheDir != "" {
 		settings["build_cache_dir"] = cacheDir
-	}
-	if c.gpu == "yes" {
-		// A local key file: the tests never reach NVIDIA.
-		settings["nvidia_container_toolkit_repo_keyring"] = filepath.Join("testdata", "toolkit-key.asc")
 	}
 	settings[securityMirrorKey] = exampleMirror(c.distro) + "-security"
 	files, err := Render(context.Background(), Config{Plan: plan(t, c.distro, c.release, settings), Bin: bin, HTTPClient: noNetwork})

@@ -1,13 +1,20 @@
 #!/bin/sh
-# install-mkosi.sh: fetch mkosi from Debian trixie and unpack it into a cache
-# directory, without touching the host's apt state. Debian 12 ships mkosi 14,
-# too old for the generator's MinimumVersion=25; trixie's mkosi is pure Python
-# and runs on bookworm's python3.
+# install-mkosi.sh: fetch mkosi from a Debian suite and unpack it into a
+# cache directory, without touching the host's apt state. Debian 12 ships
+# mkosi 14, too old for the generator's MinimumVersion=25; Debian's mkosi is
+# pure Python and runs on bookworm's python3.
 #
-# Usage: scripts/install-mkosi.sh [--print-env | --print-mirror]
-#   Cache: $PODVM_CACHE/mkosi (default: ${XDG_CACHE_HOME:-~/.cache}/podvm/mkosi).
-#   Version: $MKOSI_VERSION (default 25.3-7), suite $MKOSI_SUITE (trixie).
-#   Mirror: the host's first Debian mirror, or $MKOSI_MIRROR.
+# Usage: [MKOSI_VERSION=V MKOSI_SUITE=S] scripts/install-mkosi.sh [--print-env | --print-mirror]
+#   Cache: $PODVM_CACHE/mkosi/<version> (default PODVM_CACHE:
+#   ${XDG_CACHE_HOME:-~/.cache}/podvm). Each version has a directory of its
+#   own, so several live side by side; make's mkosi-tool installs two:
+#     scripts/install-mkosi.sh                                        # 25.3-7 from trixie (builds)
+#     MKOSI_VERSION=27.1-1 MKOSI_SUITE=forky scripts/install-mkosi.sh  # 27.1 (tests parse with it too)
+#   Version: $MKOSI_VERSION (default 25.3-7), suite $MKOSI_SUITE (trixie);
+#   the version must be the one the suite carries now (apt-get download
+#   fetches name=version).
+#   Mirror: the host's first Debian mirror, or $MKOSI_MIRROR; it must carry
+#   the suite.
 # Idempotent: a second run with the same version does nothing.
 # It prints the command to run mkosi; with --print-env, only
 # "PYTHONPATH=... python3 -m mkosi" for scripts to eval.
