@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
+
 	"path/filepath"
 	"slices"
 	"strings"
@@ -318,100 +318,93 @@ func TestIntoRefuses(t *testing.T) {
 	}
 }
 
-// TestIntoSummary has real mkosi, 25 and 27, read the CAA-shaped tree
-// with the layer: with the profile, the system image runs our scripts and
-// installs the driver and the initrd image does not; without it, the
-// tree is the tree's own.
+// TestIntoSummary has real mkosi, 25 and 27 (and any source checkout of
+// PODVM_MKOSI_SOURCES, such as v26), read the CAA-shaped tree with the
+// layer, as Debian trixie and as Ubuntu resolute (the release
+// cloud-api-adaptor builds): with the profile, the system image runs our
+// scripts after its own and the initrd image gets nothing of the layer;
+// without it, the tree is the tree's own.
 func TestIntoSummary(t *testing.T) {
-	dir := copyTree(t, filepath.Join("testdata", "caa-shaped"))
-	// With the module cache on, the layer mounts it: BuildSources= is
-	// set, and its first entry must still be the tree.
-	if rc, out := runInto(t, intoArgs(t, dir, "--build-cache", "auto", "--build-cache-dir", t.TempDir())); rc != 0 {
-		t.Fatalf("--into: rc %d\n%s", rc, out)
-	}
-	script := filepath.Join(dir, "mkosi.images", "system", "mkosi.conf.d", LayerDropIn, "mkosi.postinst.d", "50-podvm.sh")
-	for _, v := range []struct{ version, suite string }{{"", ""}, {"27.1-1", "forky"}} {
-		argv := needMkosiVersion(t, v.version, v.suite)
-		t.Run("mkosi "+v.version, func(t *testing.T) {
-			for _, profile := range []string{Profile, "debug," + Profile, ""} {
-				args := []string{"--json", "summary"}
-				if profile != "" {
-					args = append([]string{"--profile", profile}, args...)
+	for _, tc := range []struct {
+		name, conf string
+		driver     string // a package of the driver in Packages=, "" where the build picks it
+	}{
+		{"debian trixie", "", "nvidia-kernel-dkms"},
+		{"ubuntu resolute", "[Distribution]\nDistribution=ubuntu\nRelease=resolute\nArchitecture=x86-64\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyTree(t, filepath.Join("testdata", "caa-shaped"))
+			if tc.conf != "" {
+				if err := os.WriteFile(filepath.Join(dir, "mkosi.conf"), []byte(tc.conf), 0o644); err != nil {
+					t.Fatal(err)
 				}
-				out, stderr := runMkosi(t, argv, dir, args...)
-				var s struct {
-					Images []struct {
-						Image                   string
-						Packages                []string
-						PostInstallationScripts []string
-						FinalizeScripts         []string
-						BuildSources            []struct{ Source, Target string }
-					}
-				}
-				if err := json.Unmarshal(out, &s); err != nil {
-					t.Fatalf("summary: %v\n%s", err, stderr)
-				}
-				found := 0
-				for _, im := range s.Images {
-					ours := slices.Contains(im.PostInstallationScripts, script)
-					wantOurs := profile != "" && im.Image == "system"
-					if ours != wantOurs {
-						t.Errorf("profile %q: image %q runs our post-installation script: %v, want %v (%v)", profile, im.Image, ours, wantOurs, im.PostInstallationScripts)
-					}
-					if wantOurs {
-						found++
-						if !slices.Contains(im.Packages, "nvidia-kernel-dkms") {
-							t.Errorf("system image: packages %v", im.Packages)
-						}
-						// The order docs/mkosi.md gives: the image's own
-						// scripts first, then the layer's.
-						own := filepath.Join(dir, "mkosi.images", "system")
-						finalize := filepath.Join(own, "mkosi.conf.d", LayerDropIn, "mkosi.finalize.d", "50-podvm-check.sh")
-						if !slices.Equal(im.PostInstallationScripts, []string{filepath.Join(own, "mkosi.postinst.chroot"), script}) ||
-							!slices.Equal(im.FinalizeScripts, []string{filepath.Join(own, "mkosi.finalize.chroot"), finalize}) {
-							t.Errorf("system image scripts: post-installation %v, finalize %v; want the tree's own first, then the layer's", im.PostInstallationScripts, im.FinalizeScripts)
-						}
-					}
-					if profile != "" && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "podvm-module-cache") {
-						t.Errorf("image %q: build sources %+v, want the tree first, then the module cache", im.Image, im.BuildSources)
-					}
-					if im.Image == "initrd" && slices.Contains(im.Packages, "nvidia-kernel-dkms") {
-						t.Errorf("the initrd image got the driver: %v", im.Packages)
-					}
-				}
-				if profile != "" && found != 1 {
-					t.Errorf("profile %q: the system image is not in the summary", profile)
-				}
-				if strings.Contains(stderr, "Setting") {
-					t.Errorf("mkosi %s warns: %s", v.version, stderr)
-				}
+			}
+			// With the module cache on, the layer mounts it: BuildSources=
+			// is set, and its first entry must still be the tree.
+			if rc, out := runInto(t, intoArgs(t, dir, "--build-cache", "auto", "--build-cache-dir", t.TempDir())); rc != 0 {
+				t.Fatalf("--into: rc %d\n%s", rc, out)
+			}
+			for _, m := range parsingMkosis(t) {
+				t.Run("mkosi "+m.name, func(t *testing.T) { checkIntoSummary(t, m.argv, dir, tc.driver) })
 			}
 		})
 	}
 }
 
-// needMkosiVersion is needMkosi for another mkosi than the default: the
-// version and suite scripts/install-mkosi.sh takes; "" is the default.
-func needMkosiVersion(t *testing.T, version, suite string) []string {
+func checkIntoSummary(t *testing.T, argv []string, dir, driver string) {
 	t.Helper()
-	if version == "" {
-		return needMkosi(t)
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(root, "scripts", "install-mkosi.sh"), "--print-env")
-	cmd.Env = append(os.Environ(), "MKOSI_VERSION="+version, "MKOSI_SUITE="+suite)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg := fmt.Sprintf("mkosi %s unavailable: scripts/install-mkosi.sh: %v\n%s", version, err, stderr.String())
-		if os.Getenv("PODVM_REQUIRE_MKOSI") == "1" {
-			t.Fatal(msg)
+	own := filepath.Join(dir, "mkosi.images", "system")
+	layer := filepath.Join(own, "mkosi.conf.d", LayerDropIn)
+	postinst := []string{filepath.Join(own, "mkosi.postinst.chroot"), filepath.Join(layer, "mkosi.postinst.d", "50-podvm.sh")}
+	finalize := []string{filepath.Join(own, "mkosi.finalize.chroot"), filepath.Join(layer, "mkosi.finalize.d", "50-podvm-check.sh")}
+	for _, profile := range []string{Profile, "debug," + Profile, ""} {
+		args := []string{"--json", "summary"}
+		if profile != "" {
+			args = append([]string{"--profile", profile}, args...)
 		}
-		t.Skip(msg)
+		out, stderr := runMkosi(t, argv, dir, args...)
+		var s struct {
+			Images []struct {
+				Image                   string
+				Packages                []string
+				PostInstallationScripts []string
+				FinalizeScripts         []string
+				BuildSources            []struct{ Source, Target string }
+			}
+		}
+		if err := json.Unmarshal(out, &s); err != nil {
+			t.Fatalf("summary: %v\n%s", err, stderr)
+		}
+		found := 0
+		for _, im := range s.Images {
+			ours := slices.Contains(im.PostInstallationScripts, postinst[1])
+			wantOurs := profile != "" && im.Image == "system"
+			if ours != wantOurs {
+				t.Errorf("profile %q: image %q runs our post-installation script: %v, want %v (%v)", profile, im.Image, ours, wantOurs, im.PostInstallationScripts)
+			}
+			if wantOurs {
+				found++
+				if driver != "" && !slices.Contains(im.Packages, driver) {
+					t.Errorf("system image: no %s in packages %v", driver, im.Packages)
+				}
+				// The order docs/mkosi.md gives: the image's own scripts
+				// first, then the layer's.
+				if !slices.Equal(im.PostInstallationScripts, postinst) || !slices.Equal(im.FinalizeScripts, finalize) {
+					t.Errorf("system image scripts: post-installation %v, finalize %v; want the tree's own first, then the layer's", im.PostInstallationScripts, im.FinalizeScripts)
+				}
+			}
+			if profile != "" && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "podvm-module-cache") {
+				t.Errorf("image %q: build sources %+v, want the tree first, then the module cache", im.Image, im.BuildSources)
+			}
+			if im.Image == "initrd" && slices.ContainsFunc(im.Packages, func(p string) bool { return strings.Contains(p, "nvidia") }) {
+				t.Errorf("the initrd image got NVIDIA packages: %v", im.Packages)
+			}
+		}
+		if profile != "" && found != 1 {
+			t.Errorf("profile %q: the system image is not in the summary", profile)
+		}
+		if strings.Contains(stderr, "Setting") || strings.Contains(stderr, "Unknown") {
+			t.Errorf("mkosi warns: %s", stderr)
+		}
 	}
-	return strings.Fields(strings.TrimSpace(string(out)))
 }
