@@ -10,60 +10,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
-// standIn is the stand-in tree the e2e test builds its pod VM with.
-const standIn = "../test/e2e/testdata/podvm-binaries"
-
-// copyStandIn copies the stand-in tree into a new directory with
-// deliberate modes: git keeps only the executable bit, and a checkout's
-// directories take the umask.
-func copyStandIn(t *testing.T) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "tree")
-	err := filepath.WalkDir(standIn, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(standIn, p)
-		to := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			if err := os.MkdirAll(to, 0o755); err != nil {
-				return err
-			}
-			return os.Chmod(to, 0o755)
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, to)
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			mode := fs.FileMode(0o644)
-			if info.Mode()&0o100 != 0 {
-				mode = 0o755
-			}
-			if err := os.WriteFile(to, b, mode); err != nil {
-				return err
-			}
-			return os.Chmod(to, mode)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
+func copyStandIn(t *testing.T) string { return agenttreetest.StandIn(t) }
 
 func TestCheckGoodTree(t *testing.T) {
 	tree, err := Check(copyStandIn(t))
