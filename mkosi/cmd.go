@@ -141,7 +141,16 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 1
 	}
-	files, err := Render(ctx, Config{Plan: plan, Bin: *bin})
+	agents := res.Options.PodVMBinaries
+	if agents != "" {
+		if agents, err = filepath.Abs(agents); err != nil {
+			fmt.Fprintln(stderr, "mkosi: podvm_binaries:", err)
+			return 2
+		}
+	} else {
+		fmt.Fprintln(stdout, "mkosi: no pod VM binaries (podvm_binaries): this tree builds a GPU base image, not a pod VM; see docs/pod-vm.md")
+	}
+	files, err := Render(ctx, Config{Plan: plan, Bin: *bin, AgentTree: agents})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -223,6 +232,7 @@ func checkHostPaths(o gpustack.Options) []error {
 		check("nvidia_module_signing_cert", o.ModuleCert)
 	}
 	check("local_repo_signing_key", o.SigningKey)
+	check("podvm_binaries", o.PodVMBinaries)
 	return errs
 }
 

@@ -42,6 +42,10 @@ type Config struct {
 	// HTTPClient fetches repository keys named by URL (through repokey,
 	// https only); nil means a default client.
 	HTTPClient *http.Client
+	// AgentTree is the pod VM binaries tree (podvm_binaries), an absolute
+	// host path, or "" for a GPU base image. It becomes a skeleton tree, in
+	// place before the packages as in cloud-api-adaptor's podvm tree.
+	AgentTree string
 }
 
 // File is one file of the rendered tree.
@@ -119,6 +123,10 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	sb.set("Bootable", "yes")
 	sb.set("Bootloader", "systemd-boot")
 	sb.set("KernelCommandLine", p.KernelCmdline)
+	if c.AgentTree != "" {
+		// The agent stack, with or without the GPU profile.
+		sb.list("SkeletonTrees", []string{c.AgentTree})
+	}
 	r.files.add("mkosi.conf", 0o644, []byte(iniFile(r.header("mkosi.conf"), cfg, dist, output, boot)))
 
 	// The distro drop-in: what only this distro and release need.
