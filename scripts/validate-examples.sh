@@ -133,7 +133,8 @@ for dir in aws azure local; do
 		echo "$out"
 		echo "example/$dir: a missing PODVM_BINARIES directory was accepted" >&2
 		failed=1
-	elif ! grep -q 'podvm_binaries: invalid value .*no such directory' <<<"$out"; then
+	# packer wraps long messages: the line breaks are undone first.
+	elif ! tr -s ' \n' '  ' <<<"$out" | grep -q 'podvm_binaries: invalid value .*no such directory'; then
 		echo "$out"
 		echo "example/$dir: validation failed, but not with podvm_binaries' own message" >&2
 		failed=1
