@@ -3,6 +3,7 @@
 # through to packer and the generator. An unset one stays unset: exporting it
 # empty would reach other tools too (dpkg-deb refuses SOURCE_DATE_EPOCH="").
 PODVM_SETTINGS := \
+	PODVM_BINARIES \
 	ENABLE_NVIDIA_GPU \
 	NVIDIA_DRIVER_VERSION \
 	NVIDIA_KERNEL_MODULES \

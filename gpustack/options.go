@@ -45,6 +45,10 @@ const (
 // Options are the validated settings. Zero values are never used directly:
 // Resolve fills every field from the table's defaults first.
 type Options struct {
+	// PodVMBinaries is the pod VM binaries tree on the build host, ""
+	// for none: a GPU base image.
+	PodVMBinaries string
+
 	EnableGPU           bool
 	DriverVersion       string // "" means the release's default branch
 	KernelModules       ModuleFlavour

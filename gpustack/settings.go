@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
@@ -194,6 +195,9 @@ var (
 		"a directory of its own below "+strings.Join(inputcheck.DataRoots, ", ")+", such as /opt/local-packages; a clean path without spaces, quotes, $ or %")
 	checkKeyring  = inputChecker(checkRepoKeyring, "a file named *.gpg of its own in /usr/share/keyrings or /etc/apt/keyrings (not a distribution's keyring), such as /usr/share/keyrings/podvm-local-packages.gpg")
 	checkHostPath = inputChecker(inputcheck.HostPath, "a file path on the machine running the build")
+	// The tree is looked at before the build starts: a wrong one fails
+	// validation, not the first boot.
+	checkAgentTree = inputChecker(func(s string) error { _, err := agenttree.Check(s); return err }, agenttree.Allowed)
 	// An output directory may not exist yet; what would fail when the
 	// artefacts are written is refused before the build rather than after
 	// the driver is installed.
@@ -288,6 +292,13 @@ func splitList(s string) []string {
 
 // Table is the settings table, in the order the docs show it.
 var Table = []Setting{
+	// Pod VM: the agent stack beside the GPU layer.
+	{Key: "podvm_binaries", Env: "PODVM_BINARIES", Kind: String, Section: "podvm",
+		DefaultDoc: "none: a GPU base image, not a pod VM",
+		Help:       "Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). The examples copy it onto the image's root before podvm-gpu, which checks it landed and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md.",
+		check:      &checkAgentTree,
+		set:        func(o *Options, v value) { o.PodVMBinaries = v.s }},
+
 	// GPU stack.
 	{Key: "enable_nvidia_gpu", Env: "ENABLE_NVIDIA_GPU", Kind: Bool, Default: "yes", Section: "gpu",
 		Help: "Install the NVIDIA driver, container toolkit and guest hook.",

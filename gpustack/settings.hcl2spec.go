@@ -10,6 +10,7 @@ import (
 // FlatSettings is an auto-generated flat version of Settings.
 // Where the contents of a field with a `mapstructure:,squash` tag are bubbled up.
 type FlatSettings struct {
+	PodvmBinaries                     *string  `mapstructure:"podvm_binaries" required:"false" cty:"podvm_binaries" hcl:"podvm_binaries"`
 	EnableNvidiaGPU                   *string  `mapstructure:"enable_nvidia_gpu" required:"false" cty:"enable_nvidia_gpu" hcl:"enable_nvidia_gpu"`
 	NvidiaDriverVersion               *string  `mapstructure:"nvidia_driver_version" required:"false" cty:"nvidia_driver_version" hcl:"nvidia_driver_version"`
 	NvidiaKernelModules               *string  `mapstructure:"nvidia_kernel_modules" required:"false" cty:"nvidia_kernel_modules" hcl:"nvidia_kernel_modules"`
@@ -67,6 +68,7 @@ func (*Settings) FlatMapstructure() interface{ HCL2Spec() map[string]hcldec.Spec
 // The decoded values from this spec will then be applied to a FlatSettings.
 func (*FlatSettings) HCL2Spec() map[string]hcldec.Spec {
 	s := map[string]hcldec.Spec{
+		"podvm_binaries":                        &hcldec.AttrSpec{Name: "podvm_binaries", Type: cty.String, Required: false},
 		"enable_nvidia_gpu":                     &hcldec.AttrSpec{Name: "enable_nvidia_gpu", Type: cty.String, Required: false},
 		"nvidia_driver_version":                 &hcldec.AttrSpec{Name: "nvidia_driver_version", Type: cty.String, Required: false},
 		"nvidia_kernel_modules":                 &hcldec.AttrSpec{Name: "nvidia_kernel_modules", Type: cty.String, Required: false},

@@ -6,6 +6,8 @@ package gpustack
 // that HCL, the environment and flags share one parser and one error text;
 // nil means unset, so the environment and defaults apply.
 type Settings struct {
+	// Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). The examples copy it onto the image's root before podvm-gpu, which checks it landed and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md. Environment: `PODVM_BINARIES`; default: none: a GPU base image, not a pod VM.
+	PodvmBinaries *string `mapstructure:"podvm_binaries" required:"false"`
 	// Install the NVIDIA driver, container toolkit and guest hook. Environment: `ENABLE_NVIDIA_GPU`; default: yes.
 	EnableNvidiaGPU *string `mapstructure:"enable_nvidia_gpu" required:"false"`
 	// Driver branch ("550") or exact version ("550.163.01"). Environment: `NVIDIA_DRIVER_VERSION`; default: per release: Debian 12 535, Debian 13 550, Ubuntu 22.04 535, Ubuntu 24.04 570, Ubuntu 26.04 595.
@@ -97,6 +99,9 @@ type Settings struct {
 // Explicit returns the settings written in HCL, by key.
 func (s *Settings) Explicit() map[string]Raw {
 	m := map[string]Raw{}
+	if s.PodvmBinaries != nil {
+		m["podvm_binaries"] = Scalar(*s.PodvmBinaries)
+	}
 	if s.EnableNvidiaGPU != nil {
 		m["enable_nvidia_gpu"] = Scalar(*s.EnableNvidiaGPU)
 	}

@@ -204,6 +204,7 @@ func samples(s *Setting) (a, b Raw) {
 		"gpu_operator_driver_repository":        {"mirror.example:5000/nvidia", "mirror.example/nv"},
 		"gpu_operator_driver_image":             {"driver", "nvidia/driver"},
 		"gpu_operator_driver_version":           {"595.91.07", "570.172.08"},
+		"podvm_binaries":                        {agentTreeSamples[0], agentTreeSamples[1]},
 	}[s.Key]
 	return Scalar(v[0]), Scalar(v[1])
 }
@@ -211,6 +212,7 @@ func samples(s *Setting) (a, b Raw) {
 // TestPrecedence checks explicit > environment > default for every setting
 // and for both explicit bindings (HCL and flags).
 func TestPrecedence(t *testing.T) {
+	agentTreeSamples = [2]string{agentTree(t), agentTree(t)}
 	for i := range Table {
 		s := &Table[i]
 		explicit, fromEnv := samples(s)

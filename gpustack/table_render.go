@@ -71,6 +71,7 @@ func WriteTable(w io.Writer, format string) error {
 }
 
 var sectionTitles = map[string]string{
+	"podvm":    "Pod VM agent stack",
 	"gpu":      "GPU driver",
 	"toolkit":  "Container toolkit",
 	"extras":   "Extras",

@@ -161,7 +161,20 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 1
 	}
-	files, err := Render(ctx, Config{Plan: plan, Bin: *bin, Into: layer})
+	agents := res.Options.PodVMBinaries
+	switch {
+	case agents != "" && layer != nil:
+		fmt.Fprintln(stderr, "mkosi: podvm_binaries: with --into the tree brings its own agent stack (cloud-api-adaptor's: SkeletonTrees=resources/binaries-tree); leave podvm_binaries out")
+		return 2
+	case agents != "":
+		if agents, err = filepath.Abs(agents); err != nil {
+			fmt.Fprintln(stderr, "mkosi: podvm_binaries:", err)
+			return 2
+		}
+	case layer == nil:
+		fmt.Fprintln(stdout, "mkosi: no pod VM binaries (podvm_binaries): this tree builds a GPU base image, not a pod VM; see docs/pod-vm.md")
+	}
+	files, err := Render(ctx, Config{Plan: plan, Bin: *bin, Into: layer, AgentTree: agents})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -252,6 +265,7 @@ func checkHostPaths(o gpustack.Options) []error {
 		check("nvidia_module_signing_cert", o.ModuleCert)
 	}
 	check("local_repo_signing_key", o.SigningKey)
+	check("podvm_binaries", o.PodVMBinaries)
 	return errs
 }
 

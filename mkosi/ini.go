@@ -35,7 +35,7 @@ func iniItem(s string) (string, error) {
 // environment, and BuildSources= splits each item into source and target
 // at the first ':'. mkosi 25 has no escape for either (parse_path,
 // make_tree_parser in mkosi/config.py), so such paths are refused.
-var pathLists = map[string]bool{"BuildSources": true, "ExtraSearchPaths": true}
+var pathLists = map[string]bool{"BuildSources": true, "ExtraSearchPaths": true, "SkeletonTrees": true}
 
 // CheckPath says whether mkosi reads the host path p in a path list as
 // written: it has no '$', ':', whitespace or control character. ':' is

@@ -45,6 +45,10 @@ type Config struct {
 	// Into, when set, renders the plan as a layer of an existing tree
 	// (see Into) instead of a tree of its own.
 	Into *Layer
+	// AgentTree is the pod VM binaries tree (podvm_binaries), an absolute
+	// host path, or "" for a GPU base image. It becomes a skeleton tree, in
+	// place before the packages as in cloud-api-adaptor's podvm tree.
+	AgentTree string
 }
 
 // Layer says where a layer's files go in an existing tree. Its image
@@ -148,6 +152,10 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 	sb.set("Bootable", "yes")
 	sb.set("Bootloader", "systemd-boot")
 	sb.set("KernelCommandLine", p.KernelCmdline)
+	if c.AgentTree != "" {
+		// The agent stack, with or without the GPU profile.
+		sb.list("SkeletonTrees", []string{c.AgentTree})
+	}
 	r.files.add("mkosi.conf", 0o644, []byte(iniFile(r.header("mkosi.conf"), cfg, dist, output, boot)))
 
 	// The distro drop-in: what only this distro and release need.

@@ -553,3 +553,34 @@ func TestWriteForceIsAllOrNothing(t *testing.T) {
 		t.Errorf("the previous generation's mkosi.extra is still there: %v", err)
 	}
 }
+
+// TestAgentTreeSkeleton: a pod VM binaries tree becomes a skeleton tree of
+// the top-level mkosi.conf, with or without the GPU profile; a path mkosi
+// would misread is refused.
+func TestAgentTreeSkeleton(t *testing.T) {
+	for _, gpu := range []string{"yes", "no"} {
+		settings := map[string]string{"enable_nvidia_gpu": gpu, "source_date_epoch": "1700000000",
+			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
+			securityMirrorKey:                       exampleMirror("debian") + "-security"}
+		p := plan(t, "debian", "13", settings)
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, AgentTree: "/srv/podvm-binaries"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var top string
+		n := 0
+		for _, f := range files {
+			if f.Path == "mkosi.conf" {
+				top = string(f.Data)
+			}
+			n += strings.Count(string(f.Data), "SkeletonTrees=/srv/podvm-binaries")
+		}
+		if !strings.Contains(top, "[Content]") || !strings.Contains(top, "\nSkeletonTrees=/srv/podvm-binaries\n") || n != 1 {
+			t.Errorf("gpu %s: the tree is not the top-level mkosi.conf's skeleton tree (once, %d times):\n%s", gpu, n, top)
+		}
+		_, err = Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork, AgentTree: "/srv/a:b"})
+		if err == nil || !strings.Contains(err.Error(), "SkeletonTrees") {
+			t.Errorf("gpu %s: a tree path with ':' rendered (%v)", gpu, err)
+		}
+	}
+}

@@ -91,6 +91,14 @@ validate() { # dir [env assignments...]
 	(cd "example/$dir" && env "$@" "$PACKER" validate ${vars[$dir]} .)
 }
 
+# A pod VM binaries tree: the e2e tests' stand-in one, with the modes a tree
+# must have (git keeps only the executable bit; the umask does the rest).
+podvm_tree="$(mktemp -d)/podvm-binaries"
+trap 'rm -rf "$(dirname "$podvm_tree")"' EXIT
+cp -R test/e2e/testdata/podvm-binaries "$podvm_tree"
+find "$podvm_tree" -type d -exec chmod 0755 {} +
+find "$podvm_tree" -type f -exec chmod go-w {} +
+
 failed=0
 for dir in aws azure local; do
 	if [[ ! -d "example/$dir" ]]; then
@@ -114,6 +122,21 @@ for dir in aws azure local; do
 	elif ! grep -qi nvidia_kernel_modules <<<"$out"; then
 		echo "$out"
 		echo "example/$dir: validation failed, but not on NVIDIA_KERNEL_MODULES" >&2
+		failed=1
+	fi
+	# The agent stack: a binaries tree passes, a missing one is refused by
+	# podvm-gpu's own check of podvm_binaries.
+	say "packer validate example/$dir with PODVM_BINARIES=<the stand-in tree>"
+	validate "$dir" PODVM_BINARIES="$podvm_tree" || failed=1
+	say "packer validate example/$dir with PODVM_BINARIES=<a missing directory> must fail"
+	if out="$(validate "$dir" PODVM_BINARIES="$podvm_tree/absent" 2>&1)"; then
+		echo "$out"
+		echo "example/$dir: a missing PODVM_BINARIES directory was accepted" >&2
+		failed=1
+	# packer wraps long messages: the line breaks are undone first.
+	elif ! tr -s ' \n' '  ' <<<"$out" | grep -q 'podvm_binaries: invalid value .*no such directory'; then
+		echo "$out"
+		echo "example/$dir: validation failed, but not with podvm_binaries' own message" >&2
 		failed=1
 	fi
 done

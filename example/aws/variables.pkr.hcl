@@ -73,3 +73,9 @@ variable "artifacts_directory" {
   default     = "output-podvm-artifacts"
   description = "Directory on this machine for local-packages.sources, the GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json and module-signing.{der,pem} (when the NVIDIA modules are signed)."
 }
+
+variable "podvm_binaries" {
+  type        = string
+  default     = env("PODVM_BINARIES")
+  description = "A pod VM binaries tree on this machine: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (docs/pod-vm.md). Empty, the default, builds a GPU base image, not a pod VM."
+}

@@ -98,3 +98,9 @@ variable "client_secret" {
   sensitive   = true
   description = "Service principal secret."
 }
+
+variable "podvm_binaries" {
+  type        = string
+  default     = env("PODVM_BINARIES")
+  description = "A pod VM binaries tree on this machine: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (docs/pod-vm.md). Empty, the default, builds a GPU base image, not a pod VM."
+}

@@ -4,6 +4,11 @@
 #
 #   sudo make image                          (from the repository root)
 #   sudo make image ENABLE_NVIDIA_GPU=no     the same image without NVIDIA
+#   sudo make image PODVM_BINARIES=DIR       a pod VM: the agent stack from DIR
+#                                            and the GPU layer (docs/pod-vm.md)
+#
+# Without PODVM_BINARIES (or -var podvm_binaries=DIR) it is a GPU base image,
+# not a pod VM: no kata-agent, agent-protocol-forwarder or process-user-data.
 #
 # It leaves the tree in output-podvm, a bootable disk output-podvm.qcow2
 # and the host artefacts in output-podvm-artifacts: local-packages.sources,
@@ -71,6 +76,12 @@ variable "disk_size" {
   description = "The disk's virtual size with a disk format: empty or auto (the tree plus a quarter and 1 GiB), or a size such as 8G or 3072M. Leave it empty with directory or tar."
 }
 
+variable "podvm_binaries" {
+  type        = string
+  default     = env("PODVM_BINARIES")
+  description = "A pod VM binaries tree on this machine: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (docs/pod-vm.md). Empty, the default, builds a GPU base image, not a pod VM."
+}
+
 variable "root_password" {
   type        = string
   default     = ""
@@ -119,7 +130,22 @@ build {
     ]
   }
 
+  # The pod VM's agent stack, only with podvm_binaries: the tree goes onto
+  # the image's root as it is (the chroot keeps its modes and links, and
+  # root owns what it writes), before podvm-gpu, which checks it landed,
+  # enables its units by its *.wants links, and orders the GPU units before
+  # kata-agent.service.
+  dynamic "provisioner" {
+    labels   = ["file"]
+    for_each = var.podvm_binaries == "" ? [] : [abspath(var.podvm_binaries)]
+    content {
+      source      = "${provisioner.value}/"
+      destination = "/"
+    }
+  }
+
   provisioner "podvm-gpu" {
-    output_dir = var.artifacts_directory
+    output_dir     = var.artifacts_directory
+    podvm_binaries = var.podvm_binaries == "" ? "" : abspath(var.podvm_binaries)
   }
 }

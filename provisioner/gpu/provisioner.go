@@ -196,12 +196,6 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	for _, w := range p.warnings {
 		ui.Say("podvm-gpu: warning: " + w)
 	}
-	// Before anything touches the image: an idle provisioner works on any
-	// image, supported or not.
-	if idle := o.Idle(); idle != "" {
-		ui.Say("podvm-gpu: " + idle)
-		return nil
-	}
 	r := &runner{
 		comm:     comm,
 		ui:       ui,
@@ -222,6 +216,19 @@ func (p *Provisioner) Provision(ctx context.Context, ui packersdk.Ui, comm packe
 	}
 	if r.runID == "" {
 		r.runID = newRunID()
+	}
+	// The agent stack lands before the GPU layer: its units are there when
+	// the GPU units are written to order against them.
+	note, err := agentStack(ctx, r, o.PodVMBinaries)
+	if err != nil {
+		return err
+	}
+	ui.Say(note)
+	// Before anything else touches the image: an idle provisioner works on
+	// any image, supported or not.
+	if idle := o.Idle(); idle != "" {
+		ui.Say("podvm-gpu: " + idle)
+		return nil
 	}
 	e := &executor{
 		r:       r,

@@ -18,6 +18,7 @@ type FlatConfig struct {
 	PackerOnError                     *string           `mapstructure:"packer_on_error" cty:"packer_on_error" hcl:"packer_on_error"`
 	PackerUserVars                    map[string]string `mapstructure:"packer_user_variables" cty:"packer_user_variables" hcl:"packer_user_variables"`
 	PackerSensitiveVars               []string          `mapstructure:"packer_sensitive_variables" cty:"packer_sensitive_variables" hcl:"packer_sensitive_variables"`
+	PodvmBinaries                     *string           `mapstructure:"podvm_binaries" required:"false" cty:"podvm_binaries" hcl:"podvm_binaries"`
 	EnableNvidiaGPU                   *string           `mapstructure:"enable_nvidia_gpu" required:"false" cty:"enable_nvidia_gpu" hcl:"enable_nvidia_gpu"`
 	NvidiaDriverVersion               *string           `mapstructure:"nvidia_driver_version" required:"false" cty:"nvidia_driver_version" hcl:"nvidia_driver_version"`
 	NvidiaKernelModules               *string           `mapstructure:"nvidia_kernel_modules" required:"false" cty:"nvidia_kernel_modules" hcl:"nvidia_kernel_modules"`
@@ -88,6 +89,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"packer_on_error":                       &hcldec.AttrSpec{Name: "packer_on_error", Type: cty.String, Required: false},
 		"packer_user_variables":                 &hcldec.AttrSpec{Name: "packer_user_variables", Type: cty.Map(cty.String), Required: false},
 		"packer_sensitive_variables":            &hcldec.AttrSpec{Name: "packer_sensitive_variables", Type: cty.List(cty.String), Required: false},
+		"podvm_binaries":                        &hcldec.AttrSpec{Name: "podvm_binaries", Type: cty.String, Required: false},
 		"enable_nvidia_gpu":                     &hcldec.AttrSpec{Name: "enable_nvidia_gpu", Type: cty.String, Required: false},
 		"nvidia_driver_version":                 &hcldec.AttrSpec{Name: "nvidia_driver_version", Type: cty.String, Required: false},
 		"nvidia_kernel_modules":                 &hcldec.AttrSpec{Name: "nvidia_kernel_modules", Type: cty.String, Required: false},

@@ -73,6 +73,9 @@ type guestSpec struct {
 	// InitrdOnHost: the kernel boots as a unified kernel image, whose
 	// initrd the test checks on the host instead of in the guest.
 	InitrdOnHost bool
+	// AgentUnits are the units the pod VM binaries tree enables; none for
+	// a GPU base image.
+	AgentUnits []string
 }
 
 // bootCheck boots disk (copy-on-write: the disk is not changed) under
@@ -95,7 +98,8 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	if spec.InitrdOnHost {
 		initrd = "host"
 	}
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose)
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\n",
+		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "))
 	creds := map[string]string{
 		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
@@ -266,6 +270,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 	if spec.Expose != "" {
 		want = append(want, "expose")
+	}
+	if len(spec.AgentUnits) > 0 {
+		want = append(want, "agent-enabled", "agent-chain", "agent-order")
 	}
 	for _, name := range want {
 		v, ok := res.Checks[name]

@@ -521,6 +521,13 @@ variable "artifacts_directory" {
   type = string
 }
 
+# The cloud templates' podvm-gpu block names it; the rehearsal builds GPU
+# base images.
+variable "podvm_binaries" {
+  type    = string
+  default = ""
+}
+
 source "null" "vm" {
   communicator         = "ssh"
   ssh_host             = "127.0.0.1"

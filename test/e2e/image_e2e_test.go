@@ -23,6 +23,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree"
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
@@ -68,12 +70,17 @@ func TestImageE2E(t *testing.T) {
 	// restore it.
 	settings := append(e2eSettings(mirror), "PODVM_BUILD_CACHE_DIR="+t.TempDir())
 
-	rootfs, arts := buildWithPacker(t, env, root, settings)
+	// The Packer image is a pod VM: the agent stack from the stand-in
+	// binaries tree, then the GPU layer.
+	agents := agenttreetest.StandIn(t)
+	rootfs, arts := buildWithPacker(t, env, root, agents, settings)
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
+	t.Run("packer agent stack", func(t *testing.T) { checkAgentStack(t, rootfs, agents) })
 	t.Run("packer boot", func(t *testing.T) {
 		disk := rootfs + ".qcow2"
 		logDisk(t, disk)
 		spec := imageSpec(t, rootfs, arts)
+		spec.AgentUnits = agentUnits(t, agents)
 		assertBoot(t, bootCheck(t, disk, spec), spec)
 	})
 
@@ -106,13 +113,15 @@ func userCacheDir(t *testing.T) string {
 	return d
 }
 
-func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []string) (rootfs, arts string) {
+// buildWithPacker builds example/local with the pod VM binaries tree
+// agents, as `make image PODVM_BINARIES=DIR` does.
+func buildWithPacker(t *testing.T, env *builderEnv, root, agents string, settings []string) (rootfs, arts string) {
 	t.Helper()
 	work := t.TempDir()
 	rootfs, arts = filepath.Join(work, "rootfs"), filepath.Join(work, "artifacts")
 	start := time.Now()
 	cmd := exec.Command(env.packer, "build", "-color=false",
-		"-var", "output_directory="+rootfs, "-var", "artifacts_directory="+arts, ".")
+		"-var", "output_directory="+rootfs, "-var", "artifacts_directory="+arts, "-var", "podvm_binaries="+agents, ".")
 	cmd.Dir = filepath.Join(root, "example/local")
 	cmd.Env = env.environ(settings)
 	var out bytes.Buffer
@@ -130,7 +139,46 @@ func buildWithPacker(t *testing.T, env *builderEnv, root string, settings []stri
 		t.Error("the provisioner did not learn from the builder that its target is a chroot")
 	}
 	assertModuleCache(t, "packer build", out.String(), "stored")
+	want := "podvm-gpu: pod VM: agent stack from " + agents + ": units " + strings.Join(agentUnits(t, agents), " ")
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("the build log lacks %q", want)
+	}
 	return rootfs, arts
+}
+
+// agentUnits are the units a binaries tree enables.
+func agentUnits(t *testing.T, tree string) []string {
+	t.Helper()
+	at, err := agenttree.Check(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at.Enabled()
+}
+
+// checkAgentStack: the tree's programs, units and enabling links are in
+// the image as the tree has them, owned by root, beside the GPU layer.
+func checkAgentStack(t *testing.T, rootfs, agents string) {
+	at, err := agenttree.Check(agents)
+	must(t, err)
+	for _, e := range at.Executables {
+		assertOwnerMode(t, filepath.Join(rootfs, e), 0o755)
+	}
+	for _, u := range at.Units {
+		assertOwnerMode(t, filepath.Join(rootfs, u), 0o644)
+	}
+	for _, l := range at.Links {
+		got, err := os.Readlink(filepath.Join(rootfs, l.Path))
+		if err != nil || got != l.Target {
+			t.Errorf("%s: link to %q (%v), want %q", l.Path, got, err, l.Target)
+		}
+	}
+	enabled := enabledUnits(t, rootfs)
+	for _, u := range append(at.Enabled(), "nvidia-cdi-generate.service") {
+		if !enabled[u] {
+			t.Errorf("%s is not enabled", u)
+		}
+	}
 }
 
 // buildWithMkosi renders the tree with the plugin binary's mkosi command

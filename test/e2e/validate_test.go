@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
 )
 
 // hostileCase is one template body and what packer must say of it.
@@ -38,6 +40,14 @@ func TestPackerValidateProvisioner(t *testing.T) {
 	fifo := filepath.Join(dir, "fifo")
 	must(t, syscall.Mkfifo(fifo, 0o600))
 	long := "/opt/" + strings.Repeat("a", 5000)
+	// Pod VM binaries trees: the stand-in, and broken copies of it.
+	tree := agenttreetest.StandIn(t)
+	escaping := agenttreetest.StandIn(t)
+	must(t, os.Symlink("/etc/shadow", filepath.Join(escaping, "etc/shadow")))
+	noAgent := agenttreetest.StandIn(t)
+	must(t, os.Remove(filepath.Join(noAgent, "usr/local/bin/kata-agent")))
+	emptyDir := filepath.Join(dir, "empty")
+	must(t, os.Mkdir(emptyDir, 0o755))
 
 	tests := []hostileCase{
 		{"transfer_retries reaches the plugin", `transfer_retries = -1`, nil, "transfer_retries: -1 is negative"},
@@ -74,6 +84,14 @@ func TestPackerValidateProvisioner(t *testing.T) {
 		{"repository key /dev/zero", `local_repo_signing_key = "/dev/zero"`, nil, "local_repo_signing_key"},
 		{"repository key a FIFO", `local_repo_signing_key = "` + fifo + `"`, nil, "local_repo_signing_key"},
 		{"toolkit keyring /dev/zero", `nvidia_container_toolkit_repo_keyring = "/dev/zero"`, nil, "nvidia_container_toolkit_repo_keyring"},
+		{"podvm_binaries the stand-in tree", `podvm_binaries = "` + tree + `"`, nil, ""},
+		{"PODVM_BINARIES the stand-in tree", ``, []string{"PODVM_BINARIES=" + tree}, ""},
+		{"podvm_binaries missing", `podvm_binaries = "` + dir + `/absent"`, nil, "podvm_binaries: invalid value"},
+		{"PODVM_BINARIES missing", ``, []string{"PODVM_BINARIES=" + dir + "/absent"}, "PODVM_BINARIES: invalid value"},
+		{"podvm_binaries a file", `podvm_binaries = "` + file + `"`, nil, "a regular file, not a directory"},
+		{"podvm_binaries empty", `podvm_binaries = "` + emptyDir + `"`, nil, "an empty directory"},
+		{"podvm_binaries a link out of the tree", `podvm_binaries = "` + escaping + `"`, nil, "an absolute path"},
+		{"podvm_binaries without kata-agent", `podvm_binaries = "` + noAgent + `"`, nil, "no /usr/local/bin/kata-agent"},
 		{"module key not demanded with the GPU stack off", `
     enable_nvidia_gpu     = false
     nvidia_module_signing = "key"`, nil, ""},
@@ -113,7 +131,8 @@ func packerValidate(t *testing.T, env *builderEnv, tmpl string, tt hostileCase) 
 		t.Errorf("packer validate did not finish within 2 minutes:\n%s", out)
 	case tt.want == "" && err != nil:
 		t.Errorf("packer validate: %v\n%s", err, out)
-	case tt.want != "" && (err == nil || !strings.Contains(string(out), tt.want)):
+	// packer wraps long messages: compared with the line breaks undone.
+	case tt.want != "" && (err == nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), tt.want)):
 		t.Errorf("packer validate: %v, want a failure with %q:\n%s", err, tt.want, out)
 	}
 	if len(out) > 64<<10 {

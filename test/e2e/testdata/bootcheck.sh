@@ -12,9 +12,10 @@ exec >/dev/ttyS1 2>&1
 finished=0
 trap '[ "$finished" = 1 ] || echo "PODVM-CHECK-ABORTED the check script stopped early"; systemctl --no-block poweroff' EXIT
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
-# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD and EXPOSE come from the test.
+# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD, EXPOSE and AGENT_UNITS come
+# from the test.
 . "$creds/podvm.bootcheck.env"
-: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}"
+: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}" "${AGENT_UNITS:=}"
 
 failures=0
 ok() { echo "PODVM-CHECK $1 ok ${2:-}"; }
@@ -101,7 +102,64 @@ if [ -n "${EXPOSE:-}" ]; then
 	fi
 fi
 
-# 7. The baked repository works under the kernel that runs, for a consumer
+# 7. A pod VM: the agent stack's units are enabled as its binaries tree
+#    says; process-user-data ran, kata-agent.path started kata-agent, and
+#    agent-protocol-forwarder followed its socket; every GPU unit ordered
+#    before kata-agent.service (the CDI one among them) finished before
+#    kata-agent started. The stand-ins' units are among those that must
+#    not fail (check 1).
+if [ -n "$AGENT_UNITS" ]; then
+	bad=""
+	for u in $AGENT_UNITS; do
+		e=$(systemctl is-enabled "$u" 2>&1)
+		[ "$e" = enabled ] || bad="$bad $u=$e"
+	done
+	if [ -z "$bad" ]; then ok agent-enabled "$AGENT_UNITS"; else fail agent-enabled "not enabled:$bad"; fi
+
+	# The forwarder starts last, once kata-agent made its socket, which may
+	# be after the boot counts as finished.
+	i=0
+	while [ "$i" -lt 60 ] && [ "$(systemctl is-active agent-protocol-forwarder.service)" != active ]; do
+		sleep 1
+		i=$((i + 1))
+	done
+	prop() { systemctl show -P "$1" "$2" 2>&1; }
+	pud="$(prop ActiveState process-user-data.service)/$(prop Result process-user-data.service)"
+	path=$(prop ActiveState kata-agent.path)
+	agent=$(prop ActiveState kata-agent.service)
+	by=$(prop TriggeredBy kata-agent.service)
+	apf=$(prop ActiveState agent-protocol-forwarder.service)
+	ran=$(journalctl -b -u kata-agent.service -o cat 2>&1 | grep -c 'up with /etc/agent-config.toml')
+	if [ "$pud" = active/success ] && [ "$path" = active ] && [ "$agent" = active ] &&
+		[ "$by" = kata-agent.path ] && [ "$apf" = active ] && [ "$ran" -ge 1 ]; then
+		ok agent-chain "process-user-data $pud, kata-agent.path $path, kata-agent $agent (triggered by $by), agent-protocol-forwarder $apf"
+	else
+		fail agent-chain "process-user-data $pud, kata-agent.path $path, kata-agent $agent (triggered by '$by', ran $ran), agent-protocol-forwarder $apf"
+		journalctl -b -u process-user-data.service -u kata-agent.path -u kata-agent.service -u agent-protocol-forwarder.service --no-pager 2>&1 | tail -20 | show
+	fi
+
+	after=" $(prop After kata-agent.service) "
+	kstart=$(prop InactiveExitTimestampMonotonic kata-agent.service)
+	ordered="" bad=""
+	for u in $GPU_UNITS; do
+		case " $(prop Before "$u") " in *" kata-agent.service "*) ;; *) continue ;; esac
+		began=$(prop InactiveExitTimestampMonotonic "$u")
+		ended=$(prop InactiveEnterTimestampMonotonic "$u")
+		if [ "${began:-0}" -gt 0 ] && [ "${ended:-0}" -le "${kstart:-0}" ]; then
+			ordered="$ordered $u"
+		else
+			bad="$bad $u(began=$began ended=$ended)"
+		fi
+	done
+	case "$after" in *" nvidia-cdi-generate.service "*) cdi=yes ;; *) cdi=no ;; esac
+	if [ -z "$bad" ] && [ "$cdi" = yes ] && [ -n "$ordered" ] && [ "${kstart:-0}" -gt 0 ]; then
+		ok agent-order "done before kata-agent.service started:$ordered"
+	else
+		fail agent-order "kata-agent.service started at $kstart, After has nvidia-cdi-generate.service: $cdi; not done before it:$bad"
+	fi
+fi
+
+# 8. The baked repository works under the kernel that runs, for a consumer
 #    that has only the GPU Operator ConfigMap's sources entry and an empty
 #    dpkg status, as a driver container has.
 c=$(mktemp -d)
