@@ -77,14 +77,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// The tree mounts the module cache from this host: its path is
 	// settled here, where the build runs.
-	if o := &res.Options; o.BuildCache != "no" {
-		if o.CacheDir, err = modcache.Root(o.CacheDir); err != nil {
+	if o := &res.Options; o.BuildCache != cachedir.ModeNo {
+		if o.CacheDir, err = cachedir.Root(o.CacheDir); err != nil {
 			fmt.Fprintln(stderr, "mkosi:", err)
 			return 2
 		}
 		if err := trustModuleCache(o.CacheDir, o.EnableGPU); err != nil {
 			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
-			o.BuildCache = "no"
+			o.BuildCache = cachedir.ModeNo
 		}
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)
@@ -164,7 +164,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // off nothing is mounted, and only the root is checked.
 func trustModuleCache(root string, gpu bool) error {
 	if !gpu {
-		return modcache.Trusted(root)
+		return cachedir.Trusted(root)
 	}
 	d, err := cachedir.OpenDir(root, modcache.Dir(root), true)
 	if err != nil {
@@ -215,7 +215,7 @@ func checkHostPaths(o gpustack.Options) []error {
 			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 		}
 	}
-	if o.BuildCache != "no" {
+	if o.BuildCache != cachedir.ModeNo {
 		check("build_cache_dir", o.CacheDir)
 	}
 	if o.ModuleSigning == "key" {
