@@ -188,4 +188,3 @@ func TestConcurrentBuilds(t *testing.T) {
 		}
 	}
 }
-
