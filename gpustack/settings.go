@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
@@ -92,7 +93,6 @@ var (
 	pkgNameRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
 	pkgTemplateRe = regexp.MustCompile(`^[a-z0-9{][a-z0-9+.{}-]+$`)
 	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	kernelRe      = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
 	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
 	// Image references as the operator joins them:
 	// <repository>/<image>:<version>-<os>. A component is lowercase, as a
@@ -109,7 +109,7 @@ var (
 // ValidKernel reports whether s is a kernel release as the image's
 // /usr/lib/modules and /boot name it, such as 6.12.57+deb13-amd64. Names
 // read from an image pass through it before they reach a shell.
-func ValidKernel(s string) bool { return kernelRe.MatchString(s) }
+func ValidKernel(s string) bool { return imagekernel.Valid(s) }
 
 // checker validates a non-empty String value or each List element, and
 // says what it allows, for errors, --help and the docs. valid returns nil
@@ -227,7 +227,7 @@ var (
 			}
 			ks := splitList(s)
 			for _, k := range ks {
-				if !kernelRe.MatchString(k) {
+				if !imagekernel.Valid(k) {
 					return false
 				}
 			}
