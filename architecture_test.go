@@ -32,7 +32,7 @@ func TestArchitecture(t *testing.T) {
 		// parser) and import
 		// no package that has options or back ends.
 		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
-		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
+		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
 		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 	} {
 		deps := moduleDeps(t, tc.pkg, map[string]bool{})

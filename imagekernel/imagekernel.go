@@ -22,8 +22,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 )
 
 // The image's directories the rule reads.
@@ -103,13 +101,20 @@ func ParseListing(out string) (Tree, error) {
 	return t, nil
 }
 
+// ResolveFunc resolves path, absolute in the image, to a path on this
+// host with every link followed inside root, never on the host
+// (chroot.ResolveIn). It is a parameter so that this package, which the
+// option model imports for Valid and Sort, imports nothing of the chroot's.
+type ResolveFunc func(root, path string) (string, error)
+
 // ReadRoot reads the Tree of the image whose root directory is root on
-// this host, resolving every link inside root (chroot.ResolveIn), never on
-// the host. A missing directory is an empty one.
-func ReadRoot(root string) (Tree, error) {
+// this host, every link resolved by resolve. A missing directory is an
+// empty one; names beginning with a dot are skipped, as the shell's globs
+// skip them.
+func ReadRoot(root string, resolve ResolveFunc) (Tree, error) {
 	var t Tree
 	exists := func(p string, dir bool) (bool, error) {
-		hp, err := chroot.ResolveIn(root, p)
+		hp, err := resolve(root, p)
 		if err != nil {
 			return false, err
 		}
@@ -120,7 +125,7 @@ func ReadRoot(root string) (Tree, error) {
 		return err == nil && (!dir || fi.IsDir()), err
 	}
 	list := func(dir string) ([]string, error) {
-		hp, err := chroot.ResolveIn(root, dir)
+		hp, err := resolve(root, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +135,9 @@ func ReadRoot(root string) (Tree, error) {
 		}
 		names := make([]string, 0, len(des))
 		for _, de := range des {
-			names = append(names, de.Name())
+			if !strings.HasPrefix(de.Name(), ".") {
+				names = append(names, de.Name())
+			}
 		}
 		return names, err
 	}

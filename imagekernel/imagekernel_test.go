@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel/kerneltest"
@@ -68,7 +69,7 @@ func TestTrees(t *testing.T) {
 		t.Run(tree.Name, func(t *testing.T) {
 			host := t.TempDir()
 			kerneltest.Build(t, host, tree)
-			tr, err := imagekernel.ReadRoot(host)
+			tr, err := imagekernel.ReadRoot(host, chroot.ResolveIn)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -104,7 +104,7 @@ type bootKernel struct {
 // on a disk (ext4 is a module in distribution kernels), so it is an error,
 // not a skip.
 func findBootKernels(root string) ([]bootKernel, error) {
-	tree, err := imagekernel.ReadRoot(root)
+	tree, err := imagekernel.ReadRoot(root, chroot.ResolveIn)
 	if err != nil {
 		return nil, fmt.Errorf("find kernels: %w", err)
 	}
