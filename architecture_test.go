@@ -27,6 +27,13 @@ func TestArchitecture(t *testing.T) {
 		{"provisioner/gpu", []string{"mkosi", "builder/rootfs"}},
 		{"mkosi", []string{"provisioner/gpu", "builder/rootfs"}},
 		{"bake", []string{"provisioner/gpu", "mkosi", "builder/rootfs"}},
+		// Leaves that both back ends and the builder share: they hold one
+		// rule each (the build cache settings, the image's kernels, the flag
+		// parser) and import
+		// no package that has options or back ends.
+		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
+		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
+		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 	} {
 		deps := moduleDeps(t, tc.pkg, map[string]bool{})
 		for _, f := range tc.forbidden {

@@ -44,7 +44,7 @@ func TestFlagErrorsAreReported(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{runPlan, []string{"--frobnicate"}, []string{"plan: unknown flag: --frobnicate", "plan --help"}},
+		{runPlan, []string{"--frobnicate"}, []string{"plan: unknown flag: --frobnicate", "Usage: packer-plugin-podvm plan", "plan --help"}},
 		{runPlan, []string{"--release"}, []string{"plan: flag needs an argument: --release"}},
 		{runPlan, []string{"extra-arg"}, []string{`plan: unexpected argument "extra-arg"`}},
 		{runMkosi, []string{"--frobnicate"}, []string{"mkosi: unknown flag: --frobnicate"}},

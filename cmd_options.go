@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -20,7 +21,7 @@ func runOptions(args []string) int {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm options [--format text|markdown|json]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, false); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, os.Stderr); !ok {
 		return code
 	}
 	if err := gpustack.WriteTable(os.Stdout, *format); err != nil {

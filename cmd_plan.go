@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
@@ -26,7 +27,7 @@ func runPlan(args []string) int {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm plan [--distribution D --release R --kernel K ...] [setting flags]")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, false); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, os.Stderr); !ok {
 		return code
 	}
 	// The plan prints the kernels in commands; check them as the image's

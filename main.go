@@ -3,14 +3,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 
 	"github.com/hashicorp/packer-plugin-sdk/plugin"
-	"github.com/spf13/pflag"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/builder/rootfs"
 	"github.com/podvm-gpu/packer-plugin-podvm/provisioner/gpu"
@@ -70,23 +68,4 @@ func usage(w *os.File) {
 	}
 	b.WriteString("\nPacker calls this binary with describe and start; run\n`packer-plugin-podvm <command> --help` for a command's flags.\n")
 	fmt.Fprint(w, b.String())
-}
-
-// parseFlags parses a subcommand's flags. On a bad flag it says what was
-// wrong and where the flags are listed (pflag's ContinueOnError prints
-// nothing), and arguments beyond the flags are refused unless allowArgs.
-// It returns ok=false with the exit code when the command must stop.
-func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0, false
-		}
-		fmt.Fprintf(os.Stderr, "%s: %v\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), err, fs.Name())
-		return 2, false
-	}
-	if !allowArgs && fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q: it takes flags only\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), fs.Arg(0), fs.Name())
-		return 2, false
-	}
-	return 0, true
 }

@@ -2,11 +2,11 @@ package aptrepo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/spf13/pflag"
 )
 
@@ -40,12 +40,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "repo: %v\n", err)
-		return 2
+	if code, ok := cmdflags.Parse(fs, args, true, stderr); !ok {
+		return code
 	}
 	usageErr := func(msg string) int {
 		fmt.Fprintf(stderr, "repo: %s\n", msg)

@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // DriverSourceFile records in the image which driver source a build-time
@@ -41,7 +43,7 @@ const (
 // back end; the kernels follow it as arguments. It prints the source it
 // takes, TakenPrecompiled or TakenDistro, as its last line of output.
 func (a ChooseDriver) ProbeCommand() string {
-	return "sh -c " + shQuote(DriverProbeScript) + " podvm-driver-probe " + shQuote(a.Modules)
+	return "sh -c " + shellquote.Quote(DriverProbeScript) + " podvm-driver-probe " + shellquote.Quote(a.Modules)
 }
 
 // ModulesFor is the precompiled modules package of kernel k.
@@ -94,7 +96,7 @@ type CheckKernelSignatures struct {
 // Command is the check's shell command, the same text for every back end;
 // the kernels follow it as arguments.
 func (a CheckKernelSignatures) Command() string {
-	return "sh -c " + shQuote(kernelSignaturesScript) + " podvm-kernel-signatures " + shQuote(ModuleSignatures)
+	return "sh -c " + shellquote.Quote(kernelSignaturesScript) + " podvm-kernel-signatures " + shellquote.Quote(ModuleSignatures)
 }
 
 // kernelSignaturesScript: arguments are the signatures file, then the

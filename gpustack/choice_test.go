@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // actionsOf collects the actions of type T in the plan, conditional ones
@@ -257,7 +259,7 @@ func TestKernelSignaturesScript(t *testing.T) {
 			fakeModules(t, moddir, k2, tt.k2mods)
 			out := filepath.Join(dir, "share", "module-signatures.tsv")
 			a := CheckKernelSignatures{Kernels: []string{k1, k2}}
-			cmd := strings.Replace(a.Command(), shQuote(ModuleSignatures), shQuote(out), 1) + " " + quoteWords(a.Kernels)
+			cmd := strings.Replace(a.Command(), shellquote.Quote(ModuleSignatures), shellquote.Quote(out), 1) + " " + shellquote.Join(a.Kernels...)
 			c := exec.Command("sh", "-c", cmd)
 			c.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PODVM_MODULES_DIR="+moddir)
 			got, err := c.CombinedOutput()

@@ -10,12 +10,9 @@ import (
 
 // hookScript is the kata guest OCI prestart hook. kata-agent runs it with
 // the container state on stdin; the toolkit hook injects the GPU.
-const hookScript = `#!/bin/sh
-# OCI prestart hook run by kata-agent in the guest: lets the NVIDIA
-# container toolkit inject the GPU into the container. Installed by podvm-gpu.
-set -eu
-exec /usr/bin/nvidia-container-toolkit -debug "$@" >>/var/log/nvidia-hook.log 2>&1
-`
+//
+//go:embed scripts/nvidia-hook.sh
+var hookScript string
 
 // cdiScript is installed at cdiScriptPath: it loads the driver's modules
 // (udev may not have bound the GPU yet when it runs), creates the control
@@ -66,15 +63,8 @@ blacklist nouveau
 options nouveau modeset=0
 `
 
-const gateScriptText = `#!/bin/sh
-# Exit 0 when an NVIDIA PCI device (vendor 0x10de) is present, 1 otherwise.
-# GPU units use it as ExecCondition, so one image serves GPU and non-GPU VMs.
-for f in /sys/bus/pci/devices/*/vendor; do
-	[ -r "$f" ] || continue
-	[ "$(cat "$f")" = 0x10de ] && exit 0
-done
-exit 1
-`
+//go:embed scripts/gpu-gate.sh
+var gateScriptText string
 
 // moduleLoadText replaces the driver's modules-load.d list.
 const moduleLoadText = `# Emptied by podvm-gpu. Listing the NVIDIA driver here made
@@ -86,16 +76,9 @@ const moduleLoadText = `# Emptied by podvm-gpu. Listing the NVIDIA driver here m
 // nouveauHookText is an initramfs-tools hook: hooks run after the
 // initramfs's modules are collected, so removing nouveau here keeps it out
 // of early boot even where the blacklist would not be read in time.
-const nouveauHookText = `#!/bin/sh
-# Keeps nouveau out of the initramfs, so nothing binds an NVIDIA GPU before
-# the NVIDIA driver. Installed by podvm-gpu.
-set -e
-case "${1:-}" in prereqs) exit 0 ;; esac
-for d in "${DESTDIR}/lib/modules" "${DESTDIR}/usr/lib/modules"; do
-	[ -d "$d" ] && find "$d" -name 'nouveau.ko*' -delete
-done
-exit 0
-`
+//
+//go:embed scripts/initramfs-no-nouveau.sh
+var nouveauHookText string
 
 // dkmsNoAutoinstallText is in the image while the driver installs; DKMS
 // reads only that the file exists.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 // Plan is the ordered, declarative list of steps that makes an image
@@ -264,7 +265,7 @@ func (a SignModules) Command() string {
 	case a.Key != nil:
 		mode = "sign-key"
 	}
-	return "sh -c " + shQuote(signModulesScript) + " podvm-sign-modules " + shQuote(mode) + " " + shQuote(a.Subject) + " " + shQuote(a.CertDER) + " " + shQuote(a.CertPEM)
+	return "sh -c " + shellquote.Quote(signModulesScript) + " podvm-sign-modules " + shellquote.Quote(mode) + " " + shellquote.Quote(a.Subject) + " " + shellquote.Quote(a.CertDER) + " " + shellquote.Quote(a.CertPEM)
 }
 
 // HoldPackages holds the installed packages that Packages match (names or
@@ -279,7 +280,7 @@ type HoldPackages struct {
 // Command is the shell command that holds, the same text for every back
 // end; the kernels follow it as arguments.
 func (a HoldPackages) Command() string {
-	return "sh -c " + shQuote(holdScript) + " podvm-hold " + quoteWords(a.Packages) + " --"
+	return "sh -c " + shellquote.Quote(holdScript) + " podvm-hold " + shellquote.Join(a.Packages...) + " --"
 }
 
 // CheckDriverVersion fails when the driver's user-space libraries are not
@@ -293,7 +294,7 @@ type CheckDriverVersion struct {
 // Command is the check's shell command, the same text for every back end;
 // the kernels follow it as arguments.
 func (a CheckDriverVersion) Command() string {
-	return "sh -c " + shQuote(driverVersionScript) + " podvm-driver-version " + shQuote(a.Module)
+	return "sh -c " + shellquote.Quote(driverVersionScript) + " podvm-driver-version " + shellquote.Quote(a.Module)
 }
 
 // UpdateInitramfs regenerates the initramfs of each kernel, where the image
@@ -312,7 +313,7 @@ const initramfsConf = "/etc/initramfs-tools/update-initramfs.conf"
 
 // Command defers; a rerun after a failed build keeps the saved original.
 func (DeferInitramfs) Command() string {
-	c := shQuote(initramfsConf)
+	c := shellquote.Quote(initramfsConf)
 	return `c=` + c + `; if [ -f "$c" ] && [ ! -e "$c.podvm-saved" ]; then cp -p "$c" "$c.podvm-saved" && ` +
 		`{ grep -v '^update_initramfs=' "$c.podvm-saved"; echo update_initramfs=no; } >"$c" && echo "initramfs updates deferred"; ` +
 		`else echo "no initramfs-tools configuration to defer, or deferred already"; fi`
@@ -320,7 +321,7 @@ func (DeferInitramfs) Command() string {
 
 // Resume is the command that ends a DeferInitramfs, before the update.
 func (UpdateInitramfs) Resume() string {
-	return `c=` + shQuote(initramfsConf) + `; if [ -e "$c.podvm-saved" ]; then mv -f "$c.podvm-saved" "$c" && echo "initramfs updates resumed"; fi`
+	return `c=` + shellquote.Quote(initramfsConf) + `; if [ -e "$c.podvm-saved" ]; then mv -f "$c.podvm-saved" "$c" && echo "initramfs updates resumed"; fi`
 }
 
 // ToolkitConfig sets keys in the container toolkit's TOML config with the
@@ -452,24 +453,12 @@ func (a SignModules) describe() string {
 	return fmt.Sprintf("sign every NVIDIA module of kernels %s with an ephemeral key (%q, in /run only); certificate %s, %s", strings.Join(a.Kernels, " "), a.Subject, a.CertDER, a.CertPEM)
 }
 
-// shQuote quotes s as one POSIX shell word.
-func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 func (a HoldPackages) describe() string {
 	return fmt.Sprintf("hold the installed packages matching %s for kernels %s (apt-mark hold)", strings.Join(a.Packages, " "), strings.Join(a.Kernels, " "))
 }
 
 func (a CheckDriverVersion) describe() string {
 	return fmt.Sprintf("check that the NVIDIA user-space libraries are the version of module %s for kernels %s", a.Module, strings.Join(a.Kernels, " "))
-}
-
-// quoteWords quotes each word for a POSIX shell and joins them.
-func quoteWords(ws []string) string {
-	q := make([]string, len(ws))
-	for i, w := range ws {
-		q[i] = shQuote(w)
-	}
-	return strings.Join(q, " ")
 }
 
 func (a UpdateInitramfs) describe() string {

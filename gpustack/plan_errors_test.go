@@ -61,22 +61,6 @@ func TestSelectKernels(t *testing.T) {
 	}
 }
 
-func TestCompareVersions(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want int
-	}{
-		{"1.0", "1.0", 0}, {"1.0~rc1", "1.0", -1}, {"1.0", "1.0+b1", -1}, {"1:0.1", "2.0", 1},
-		{"6.12.10-amd64", "6.12.9-amd64", 1}, {"6.12.57+deb13-amd64", "6.12.41+deb13-amd64", 1},
-		{"550.163.01-2", "550.163.01-10", -1}, {"1.0a", "1.0", 1},
-	}
-	for _, tt := range tests {
-		if got := CompareVersions(tt.a, tt.b); got != tt.want {
-			t.Errorf("CompareVersions(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-}
-
 func TestParseOSRelease(t *testing.T) {
 	tg, err := ParseOSRelease("PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\nVERSION_ID=\"13\"\nVERSION_CODENAME=trixie\n")
 	if err != nil || tg.Distro != "debian" || tg.Version != "13" || tg.Codename != "trixie" {

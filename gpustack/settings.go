@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/agenttree"
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
@@ -92,7 +94,6 @@ var (
 	pkgNameRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
 	pkgTemplateRe = regexp.MustCompile(`^[a-z0-9{][a-z0-9+.{}-]+$`)
 	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	kernelRe      = regexp.MustCompile(`^[0-9]+\.[0-9]+[0-9A-Za-z.+_~-]*$`)
 	urlRe         = regexp.MustCompile(`^(https|http|file)://[^\s"'\\]+$`)
 	// Image references as the operator joins them:
 	// <repository>/<image>:<version>-<os>. A component is lowercase, as a
@@ -109,7 +110,7 @@ var (
 // ValidKernel reports whether s is a kernel release as the image's
 // /usr/lib/modules and /boot name it, such as 6.12.57+deb13-amd64. Names
 // read from an image pass through it before they reach a shell.
-func ValidKernel(s string) bool { return kernelRe.MatchString(s) }
+func ValidKernel(s string) bool { return imagekernel.Valid(s) }
 
 // checker validates a non-empty String value or each List element, and
 // says what it allows, for errors, --help and the docs. valid returns nil
@@ -230,7 +231,7 @@ var (
 			}
 			ks := splitList(s)
 			for _, k := range ks {
-				if !kernelRe.MatchString(k) {
+				if !imagekernel.Valid(k) {
 					return false
 				}
 			}
@@ -254,34 +255,10 @@ var (
 		"a non-negative integer of seconds since 1970-01-01 UTC",
 	)
 	checkSize = okIf(
-		func(s string) bool { _, err := ParseSize(s); return err == nil },
-		"a size such as 4GiB, 500MiB or 0 for no bound (units B, KiB, MiB, GiB, TiB; K, M, G, T are the same)",
+		func(s string) bool { _, err := cachedir.ParseSize(s); return err == nil },
+		cachedir.SizeHelp,
 	)
 )
-
-// ParseSize reads a size such as 4GiB or 500M as bytes. Units are powers
-// of 1024; none means bytes.
-func ParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-	num, unit := s, ""
-	if i >= 0 {
-		num, unit = s[:i], strings.TrimSpace(s[i:])
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: not a whole number of bytes with an optional unit", s)
-	}
-	shift := map[string]uint{"": 0, "B": 0, "K": 10, "KiB": 10, "M": 20, "MiB": 20, "G": 30, "GiB": 30, "T": 40, "TiB": 40}
-	sh, ok := shift[unit]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q", s, unit)
-	}
-	if n > (1<<62)>>sh {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return n << sh, nil
-}
 
 // splitList splits env and flag list values on commas and whitespace.
 func splitList(s string) []string {
@@ -479,8 +456,8 @@ var Table = []Setting{
 	{Key: "verify", Env: "PODVM_VERIFY", Kind: Bool, Default: "yes", Section: "build",
 		Help: "Check the result in the image: modules per kernel, hook, and an offline apt self-test of the repository.",
 		set:  func(o *Options, v value) { o.Verify = v.b }},
-	{Key: "build_cache", Env: "PODVM_BUILD_CACHE", Kind: Enum, Default: "auto", Section: "build",
-		Allowed: []string{"auto", "yes", "no"},
+	{Key: "build_cache", Env: "PODVM_BUILD_CACHE", Kind: Enum, Default: cachedir.ModeAuto, Section: "build",
+		Allowed: cachedir.Modes,
 		Help:    "Caches on the build host, in build_cache_dir: the NVIDIA modules DKMS builds (modules/), kept unsigned and keyed by kernel ABI and configuration, driver package and source, DKMS and compiler, restored after checks (hash, vermagic, no signature) and signed as a fresh build; and the .debs apt downloads into the podvm-rootfs chroot (debs/), checked against the archive's hashes before apt sees them. auto: where the build host holds the image (the podvm-rootfs chroot, mkosi, whose own package cache serves the .debs); yes: modules also for a remote VM, copied over the communicator; no: none.",
 		set:     func(o *Options, v value) { o.BuildCache = v.s }},
 	{Key: "build_cache_dir", Env: "PODVM_BUILD_CACHE_DIR", Kind: String, Section: "build",
@@ -488,10 +465,10 @@ var Table = []Setting{
 		Help:       "The build caches' directory on the build host (modules/ and debs/ in it). Builds running at once share it safely; remove either folder to clear that cache.",
 		check:      &checkHostPath,
 		set:        func(o *Options, v value) { o.CacheDir = v.s }},
-	{Key: "build_cache_max_size", Env: "PODVM_BUILD_CACHE_MAX_SIZE", Kind: String, Default: "4GiB", Section: "build",
+	{Key: "build_cache_max_size", Env: "PODVM_BUILD_CACHE_MAX_SIZE", Kind: String, Default: cachedir.DefaultMaxSize, Section: "build",
 		Help:  "Bound of each build cache (modules/, debs/): the least recently used entries go first. 0: no bound.",
 		check: &checkSize,
-		set:   func(o *Options, v value) { o.CacheMaxSize, _ = ParseSize(v.s) }},
+		set:   func(o *Options, v value) { o.CacheMaxSize, _ = cachedir.ParseSize(v.s) }},
 	{Key: "source_date_epoch", Env: "SOURCE_DATE_EPOCH", Kind: String, Section: "build",
 		DefaultDoc: "now",
 		Help:       "Timestamp for everything written (Release Date, signatures, manifest), for reproducible builds.",

@@ -2,7 +2,6 @@ package mkosi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
@@ -62,7 +62,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n       packer-plugin-podvm mkosi --into TREE [--image NAME] [setting flags]   (the GPU layer in an existing tree, profile "+Profile+")\n       packer-plugin-podvm mkosi --into TREE --remove\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
 		return code
 	}
 	if (*out == "") == (*into == "") || fs.NArg() > 0 {
@@ -95,14 +95,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// The tree mounts the module cache from this host: its path is
 	// settled here, where the build runs.
-	if o := &res.Options; o.BuildCache != "no" {
-		if o.CacheDir, err = modcache.Root(o.CacheDir); err != nil {
+	if o := &res.Options; o.BuildCache != cachedir.ModeNo {
+		if o.CacheDir, err = cachedir.Root(o.CacheDir); err != nil {
 			fmt.Fprintln(stderr, "mkosi:", err)
 			return 2
 		}
 		if err := trustModuleCache(o.CacheDir, o.EnableGPU); err != nil {
 			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
-			o.BuildCache = "no"
+			o.BuildCache = cachedir.ModeNo
 		}
 	}
 	t, err := gpustack.LookupRelease(*distro, *release, *arch)
@@ -206,7 +206,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // off nothing is mounted, and only the root is checked.
 func trustModuleCache(root string, gpu bool) error {
 	if !gpu {
-		return modcache.Trusted(root)
+		return cachedir.Trusted(root)
 	}
 	d, err := cachedir.OpenDir(root, modcache.Dir(root), true)
 	if err != nil {
@@ -257,7 +257,7 @@ func checkHostPaths(o gpustack.Options) []error {
 			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 		}
 	}
-	if o.BuildCache != "no" {
+	if o.BuildCache != cachedir.ModeNo {
 		check("build_cache_dir", o.CacheDir)
 	}
 	if o.ModuleSigning == "key" {
@@ -325,7 +325,7 @@ func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.StringVar(&b.SrcDir, "srcdir", ".", "the tree as mkosi mounts it ($SRCDIR)")
 	fs.StringVar(&b.ArtifactsDir, "artifacts", "", "directory for the host artifacts")
 	kernels := fs.String("kernels", "", "the targeted image kernels, space separated")
-	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
 		return code
 	}
 	if b.Root == "" || b.Spec == "" || strings.TrimSpace(*kernels) == "" {
@@ -350,7 +350,7 @@ func runModuleKey(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&k.File, "key", "", "the module signing key (PEM)")
 	fs.StringVar(&k.Cert, "cert", "", "its certificate (PEM or DER)")
 	fs.StringVar(&k.PassphraseEnv, "passphrase-env", "", "the variable that holds the key's passphrase")
-	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
 		return code
 	}
 	if k.File == "" || k.Cert == "" {
@@ -374,7 +374,7 @@ func runModuleKey(args []string, stdout, stderr io.Writer) int {
 func runCheckKeys(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("mkosi check-keys", pflag.ContinueOnError)
 	root := fs.String("root", "", "the image root ($BUILDROOT)")
-	if code, ok := parseFlags(fs, args, true, stderr); !ok {
+	if code, ok := cmdflags.Parse(fs, args, true, stderr); !ok {
 		return code
 	}
 	if *root == "" || fs.NArg() == 0 {
@@ -392,32 +392,6 @@ func runCheckKeys(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "  no private key material (PEM, OpenSSH, OpenPGP, DER) in any file below %s\n", strings.Join(fs.Args(), " "))
 	return 0
-}
-
-// parseFlags parses a subcommand's flags. On a bad flag it says what was
-// wrong and prints the usage with the flags (pflag's ContinueOnError
-// prints nothing); arguments beyond the flags are refused unless allowArgs. It
-// returns ok=false with the exit code when the command must stop.
-func parseFlags(fs *pflag.FlagSet, args []string, allowArgs bool, stderr io.Writer) (code int, ok bool) {
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0, false
-		}
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		if fs.Usage != nil {
-			fs.Usage()
-		} else {
-			fmt.Fprintf(stderr, "Usage of packer-plugin-podvm %s:\n", fs.Name())
-			fs.PrintDefaults()
-		}
-		return 2, false
-	}
-	if !allowArgs && fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\nRun 'packer-plugin-podvm %s --help' for its flags.\n", fs.Name(), fs.Arg(0), fs.Name())
-		return 2, false
-	}
-	return 0, true
 }
 
 // removeLayer is --into DIR --remove.

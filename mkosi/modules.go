@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
@@ -26,7 +27,7 @@ func runModules(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	kernels := fs.String("kernels", "", "the targeted kernels, space separated")
 	cache := fs.String("cache", "", "the module cache directory (none: build every module)")
 	maxSize := fs.Int64("cache-max-size", 0, "bound of the module cache in bytes (0: none)")
-	if code, ok := parseFlags(fs, args, false, stderr); !ok {
+	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
 		return code
 	}
 	ks := strings.Fields(*kernels)

@@ -7,22 +7,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
 )
 
 // TestTreesShellcheck holds every shell script of the golden trees (the
 // build, postinst and finalize scripts mkosi runs, and the scripts they
 // install into the image) to sh -n and shellcheck: they run only in an
-// image build.
+// image build. The fragments in scripts/ are checked there, in the scripts
+// they are part of: each must appear in one.
 func TestTreesShellcheck(t *testing.T) {
 	shellcheck.Require(t)
 	n := 0
+	var rendered strings.Builder
 	for _, c := range treeCases {
 		for _, f := range c.render(t, goldenBin, "") {
 			if !isShellScript(f) {
 				continue
 			}
 			n++
+			rendered.Write(f.Data)
 			shellcheck.Check(t, c.name()+": "+f.Path, string(f.Data))
 		}
 	}
@@ -44,14 +48,36 @@ func TestTreesShellcheck(t *testing.T) {
 		"local_repo_signing_key":                key,
 		"local_repo_passphrase_env":             "REPOPASS",
 	})
-	files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
-	if err != nil {
-		t.Fatal(err)
+	// And a repository without the dependency closure (download-only).
+	none := plan(t, "debian", "13", map[string]string{
+		"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc"),
+		"local_repo":                            "yes",
+		"local_repo_closure":                    "none",
+	})
+	for name, p := range map[string]*gpustack.Plan{"user keys": p, "local_repo_closure=none": none} {
+		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if isShellScript(f) {
+				n++
+				rendered.Write(f.Data)
+				shellcheck.Check(t, name+": "+f.Path, string(f.Data))
+			}
+		}
 	}
-	for _, f := range files {
-		if isShellScript(f) {
-			n++
-			shellcheck.Check(t, "user keys: "+f.Path, string(f.Data))
+	fragments, _ := filepath.Glob(filepath.Join("scripts", "*.sh"))
+	if len(fragments) == 0 {
+		t.Fatal("no scripts/*.sh")
+	}
+	for _, p := range fragments {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(rendered.String(), string(data)) {
+			t.Errorf("%s is in no script of the golden trees, so nothing checks it", p)
 		}
 	}
 	if n == 0 {

@@ -470,11 +470,3 @@ func (c *Cache) clock() time.Time {
 	}
 	return c.now()
 }
-
-// Root resolves the build_cache_dir setting; see cachedir.Root, which new
-// code calls directly.
-func Root(dir string) (string, error) { return cachedir.Root(dir) }
-
-// Trusted says why root may not serve as a build cache, or nil; see
-// cachedir.Trusted, which new code calls directly.
-func Trusted(root string) error { return cachedir.Trusted(root) }

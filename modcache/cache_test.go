@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,36 +185,6 @@ func TestConcurrentBuilds(t *testing.T) {
 	for _, de := range des {
 		if de.Name()[0] == '.' {
 			t.Errorf("left behind: %s", de.Name())
-		}
-	}
-}
-
-func TestTrusted(t *testing.T) {
-	dir := t.TempDir()
-	if err := Trusted(filepath.Join(dir, "missing")); err != nil {
-		t.Errorf("a missing cache: %v", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := Trusted(dir); err != nil {
-		t.Errorf("this user's 0755 directory: %v", err)
-	}
-	if err := os.Chmod(dir, 0o775); err != nil {
-		t.Fatal(err)
-	}
-	if err := Trusted(dir); err == nil || !strings.Contains(err.Error(), "writable by group or others (mode 0775)") {
-		t.Errorf("a group-writable directory: %v", err)
-	}
-	if os.Geteuid() == 0 {
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, 12345, 12345); err != nil {
-			t.Fatal(err)
-		}
-		if err := Trusted(dir); err == nil || !strings.Contains(err.Error(), "owned by uid 12345") {
-			t.Errorf("another user's directory: %v", err)
 		}
 	}
 }

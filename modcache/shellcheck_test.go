@@ -1,6 +1,7 @@
 package modcache
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
@@ -11,4 +12,7 @@ import (
 func TestScriptShellcheck(t *testing.T) {
 	shellcheck.Require(t)
 	shellcheck.Check(t, "script", script)
+	if left := regexp.MustCompile(`@[A-Z_]+@`).FindString(script); left != "" {
+		t.Errorf("scripts/dkms.sh: placeholder %s is not replaced", left)
+	}
 }

@@ -102,6 +102,24 @@ type Config struct {
 	// Always run debootstrap and leave the cache alone.
 	SkipCache bool `mapstructure:"skip_cache"`
 
+	// The build caches shared with the podvm-gpu provisioner and the mkosi
+	// generator (the same setting there): the upgrade's .debs are kept in
+	// `build_cache_dir`/debs and checked against the archive's hashes
+	// before apt sees them. `auto` or `yes`: used; `no`: none; any case.
+	// Defaults to $PODVM_BUILD_CACHE, else `auto`.
+	BuildCache string `mapstructure:"build_cache"`
+	// The build caches' directory on the build host. It must be owned by
+	// root or the user running the build and writable by nobody else.
+	// Defaults to $PODVM_BUILD_CACHE_DIR, else $PODVM_CACHE, else
+	// `$XDG_CACHE_HOME/podvm`, else `~/.cache/podvm`.
+	BuildCacheDir string `mapstructure:"build_cache_dir"`
+	// Bound of each build cache, such as `4GiB` or `500MiB`: the least
+	// recently used entries go first; `0`: no bound. Defaults to
+	// $PODVM_BUILD_CACHE_MAX_SIZE, else `4GiB`.
+	BuildCacheMaxSize string `mapstructure:"build_cache_max_size"`
+	// buildCacheMax is BuildCacheMaxSize in bytes.
+	buildCacheMax int64
+
 	// The directory the root filesystem is built in and left in. It must not
 	// exist or be empty, unless packer runs with -force. A failed build, and
 	// -force, remove it after killing every process whose root lies below
@@ -282,6 +300,7 @@ func (c *Config) Prepare(h host, raws ...interface{}) error {
 	}
 
 	c.prepareCache(h, add)
+	c.prepareBuildCache(h, add)
 	c.prepareFormat(add)
 	c.prepareOutput(h, add)
 
@@ -339,6 +358,7 @@ func (c *Config) checkText(add func(string, ...any)) map[string]bool {
 		{"source_path", c.SourcePath},
 		{"keyring", c.Keyring},
 		{"cache_dir", c.CacheDir},
+		{"build_cache_dir", c.BuildCacheDir},
 		{"output_directory", c.OutputDirectory},
 		{"output_tarball", c.OutputTarball},
 		{"output_image", c.OutputImage},
@@ -571,6 +591,38 @@ func (c *Config) prepareCache(h host, add func(string, ...any)) {
 	default:
 		if err := cachedir.Check(fi, true); err != nil {
 			add("cache_dir: %q: %v", c.CacheDir, err)
+		}
+	}
+}
+
+// prepareBuildCache fills the build cache settings from their environment
+// variables, as the provisioner and the generator do, and checks them with
+// the same parsers (cachedir). The directory's owner and mode are checked
+// when the cache is opened: a cache that fails them is skipped, not fatal.
+func (c *Config) prepareBuildCache(h host, add func(string, ...any)) {
+	for _, s := range []struct {
+		v   *string
+		env string
+	}{
+		{&c.BuildCache, "PODVM_BUILD_CACHE"},
+		{&c.BuildCacheDir, "PODVM_BUILD_CACHE_DIR"},
+		{&c.BuildCacheMaxSize, "PODVM_BUILD_CACHE_MAX_SIZE"},
+	} {
+		if *s.v == "" {
+			*s.v = h.getenv(s.env)
+		}
+	}
+	mode, err := cachedir.ParseMode(c.BuildCache)
+	if err != nil {
+		add("%v", err)
+	}
+	c.BuildCache = mode
+	if c.buildCacheMax, err = cachedir.ParseMaxSize(c.BuildCacheMaxSize); err != nil {
+		add("%v", err)
+	}
+	if c.BuildCacheDir != "" {
+		if err := inputcheck.HostPath(c.BuildCacheDir); err != nil {
+			add("build_cache_dir: %s: %v", quoteShort(c.BuildCacheDir), err)
 		}
 	}
 }

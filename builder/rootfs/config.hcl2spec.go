@@ -32,6 +32,9 @@ type FlatConfig struct {
 	Upgrade             *bool             `mapstructure:"upgrade" cty:"upgrade" hcl:"upgrade"`
 	CacheDir            *string           `mapstructure:"cache_dir" cty:"cache_dir" hcl:"cache_dir"`
 	SkipCache           *bool             `mapstructure:"skip_cache" cty:"skip_cache" hcl:"skip_cache"`
+	BuildCache          *string           `mapstructure:"build_cache" cty:"build_cache" hcl:"build_cache"`
+	BuildCacheDir       *string           `mapstructure:"build_cache_dir" cty:"build_cache_dir" hcl:"build_cache_dir"`
+	BuildCacheMaxSize   *string           `mapstructure:"build_cache_max_size" cty:"build_cache_max_size" hcl:"build_cache_max_size"`
 	OutputDirectory     *string           `mapstructure:"output_directory" cty:"output_directory" hcl:"output_directory"`
 	OutputTarball       *string           `mapstructure:"output_tarball" cty:"output_tarball" hcl:"output_tarball"`
 	Format              *string           `mapstructure:"format" cty:"format" hcl:"format"`
@@ -74,6 +77,9 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"upgrade":                    &hcldec.AttrSpec{Name: "upgrade", Type: cty.Bool, Required: false},
 		"cache_dir":                  &hcldec.AttrSpec{Name: "cache_dir", Type: cty.String, Required: false},
 		"skip_cache":                 &hcldec.AttrSpec{Name: "skip_cache", Type: cty.Bool, Required: false},
+		"build_cache":                &hcldec.AttrSpec{Name: "build_cache", Type: cty.String, Required: false},
+		"build_cache_dir":            &hcldec.AttrSpec{Name: "build_cache_dir", Type: cty.String, Required: false},
+		"build_cache_max_size":       &hcldec.AttrSpec{Name: "build_cache_max_size", Type: cty.String, Required: false},
 		"output_directory":           &hcldec.AttrSpec{Name: "output_directory", Type: cty.String, Required: false},
 		"output_tarball":             &hcldec.AttrSpec{Name: "output_tarball", Type: cty.String, Required: false},
 		"format":                     &hcldec.AttrSpec{Name: "format", Type: cty.String, Required: false},

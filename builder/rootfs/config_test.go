@@ -17,15 +17,22 @@ import (
 )
 
 // fakeHost is a root amd64 host with every tool, working in /work/tpl, and
-// the apt configuration in testdata/apt/plain.
+// the apt configuration in testdata/apt/plain. Its environment is empty
+// but for PODVM_BUILD_CACHE_DIR, which TestMain points away from the
+// user's build cache.
 func fakeHost() host {
 	return host{
 		euid:     0,
 		arch:     "amd64",
 		lookPath: func(name string) (string, error) { return "/usr/bin/" + name, nil },
 		getwd:    func() (string, error) { return "/work/tpl", nil },
-		getenv:   func(string) string { return "" },
-		aptDir:   "testdata/apt/plain",
+		getenv: func(k string) string {
+			if k == "PODVM_BUILD_CACHE_DIR" {
+				return os.Getenv(k)
+			}
+			return ""
+		},
+		aptDir: "testdata/apt/plain",
 	}
 }
 

@@ -12,12 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
 
@@ -71,10 +71,6 @@ var efiNames = map[string][2]string{
 	"i386":  {"systemd-bootia32.efi", "BOOTIA32.EFI"},
 }
 
-// kernelVersionRE is the grammar of a kernel release as it appears in
-// /boot file names; anything else is refused before it reaches a file.
-var kernelVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+[A-Za-z0-9.+_~-]*$`)
-
 // diskSizeRE is a size setting: a number with an M or G suffix.
 var diskSizeRE = regexp.MustCompile(`^([1-9][0-9]*)([MG])$`)
 
@@ -102,80 +98,59 @@ type bootKernel struct {
 	Version, Image, Initrd string // paths relative to the tree
 }
 
-// findBootKernels lists the tree's kernels that have an initramfs, oldest
-// first. A kernel without one cannot mount a root on a disk (ext4 is a
-// module in distribution kernels), so it is an error, not a skip.
+// findBootKernels lists the tree's kernels (imagekernel's rule, the one the
+// provisioner and the mkosi scripts follow), oldest first, each with its
+// image and initramfs. A kernel without an initramfs cannot mount a root
+// on a disk (ext4 is a module in distribution kernels), so it is an error,
+// not a skip.
 func findBootKernels(root string) ([]bootKernel, error) {
-	// /boot may be a link: resolve it inside the tree, never on the host.
-	boot, err := chroot.ResolveIn(root, "/boot")
+	tree, err := imagekernel.ReadRoot(root, chroot.ResolveIn)
 	if err != nil {
 		return nil, fmt.Errorf("find kernels: %w", err)
 	}
-	matches, err := filepath.Glob(filepath.Join(boot, "vmlinuz-*"))
+	versions, err := imagekernel.Select(tree)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("find kernels: %w", err)
 	}
-	var out []bootKernel
-	for _, m := range matches {
-		v := strings.TrimPrefix(filepath.Base(m), "vmlinuz-")
-		if !kernelVersionRE.MatchString(v) {
-			return nil, fmt.Errorf("kernel %q in /boot is not a kernel version this builder boots", filepath.Base(m))
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("%w: a bootable disk needs one; install linux-image-<arch> (and initramfs-tools) in the image, for example with a shell provisioner", imagekernel.ErrNone)
+	}
+	// /boot may be a link: resolve it inside the tree, never on the host.
+	boot, err := chroot.ResolveIn(root, imagekernel.BootDir)
+	if err != nil {
+		return nil, fmt.Errorf("find kernels: %w", err)
+	}
+	rel, _ := filepath.Rel(root, boot)
+	out := make([]bootKernel, 0, len(versions))
+	for _, v := range versions {
+		k := bootKernel{Version: v}
+		// The image is /boot's, else the one in the modules directory,
+		// links followed inside the tree only.
+		for _, p := range []string{imagekernel.BootDir + "/vmlinuz-" + v, imagekernel.ModulesDir + "/" + v + "/vmlinuz"} {
+			hp, err := chroot.ResolveIn(root, p)
+			if err != nil {
+				return nil, fmt.Errorf("find kernels: %w", err)
+			}
+			if fi, err := os.Lstat(hp); err == nil && fi.Mode().IsRegular() {
+				k.Image, _ = filepath.Rel(root, hp)
+				break
+			}
 		}
-		rel, _ := filepath.Rel(root, boot)
-		k := bootKernel{Version: v, Image: filepath.Join(rel, "vmlinuz-"+v)}
+		if k.Image == "" {
+			return nil, fmt.Errorf("kernel %s: neither /boot/vmlinuz-%s nor %s/%s/vmlinuz is a regular file of the image", v, v, imagekernel.ModulesDir, v)
+		}
 		for _, name := range []string{"initrd.img-" + v, "initramfs-" + v + ".img"} {
-			// Lstat: a link out of the tree is no initramfs of the image.
 			if fi, err := os.Lstat(filepath.Join(boot, name)); err == nil && fi.Mode().IsRegular() {
 				k.Initrd = filepath.Join(rel, name)
 				break
 			}
-		}
-		if fi, err := os.Lstat(filepath.Join(boot, "vmlinuz-"+v)); err != nil || !fi.Mode().IsRegular() {
-			return nil, fmt.Errorf("kernel %s: /boot/vmlinuz-%s is not a regular file of the image", v, v)
 		}
 		if k.Initrd == "" {
 			return nil, fmt.Errorf("kernel %s has no initramfs in /boot: install initramfs-tools (or dracut) in the image so the disk can mount its root", v)
 		}
 		out = append(out, k)
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no kernel in /boot: a bootable disk needs one; install linux-image-<arch> (and initramfs-tools) in the image, for example with a shell provisioner")
-	}
-	slices.SortFunc(out, func(a, b bootKernel) int { return compareVersions(a.Version, b.Version) })
 	return out, nil
-}
-
-// compareVersions orders kernel releases: runs of digits compare as
-// numbers, everything else byte by byte.
-func compareVersions(a, b string) int {
-	for a != "" && b != "" {
-		da, db := leadingDigits(a), leadingDigits(b)
-		if da != "" && db != "" {
-			na, _ := strconv.ParseUint(da, 10, 64)
-			nb, _ := strconv.ParseUint(db, 10, 64)
-			if na != nb {
-				if na < nb {
-					return -1
-				}
-				return 1
-			}
-			a, b = a[len(da):], b[len(db):]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
-}
-
-func leadingDigits(s string) string {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return s[:i]
 }
 
 // diskLayout is where everything lies on the disk, in bytes.

@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel/kerneltest"
 )
 
 func TestParseDiskSize(t *testing.T) {
@@ -28,18 +30,6 @@ func TestParseDiskSize(t *testing.T) {
 		got, err := parseDiskSize(tt.in)
 		if (err == nil) != tt.ok || got != tt.want {
 			t.Errorf("parseDiskSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestCompareVersions(t *testing.T) {
-	ordered := []string{"5.10.0-30-amd64", "6.1.0-9-amd64", "6.1.0-10-amd64", "6.12.9+deb13-amd64", "6.12.117+deb13-amd64", "6.12.118+deb13-amd64"}
-	for i := range ordered {
-		for j := range ordered {
-			got := compareVersions(ordered[i], ordered[j])
-			if (i < j && got >= 0) || (i > j && got <= 0) || (i == j && got != 0) {
-				t.Errorf("compareVersions(%q, %q) = %d", ordered[i], ordered[j], got)
-			}
 		}
 	}
 }
@@ -66,26 +56,59 @@ func TestNewLayout(t *testing.T) {
 	}
 }
 
+// findBootKernels follows imagekernel's rule on the fixture trees every
+// reader of the image's kernels is tested on, then finds each kernel's
+// image and initramfs.
 func TestFindBootKernels(t *testing.T) {
-	tree := func(files ...string) string {
-		root := t.TempDir()
-		os.MkdirAll(filepath.Join(root, "boot"), 0o755)
-		for _, f := range files {
-			os.WriteFile(filepath.Join(root, "boot", f), []byte("x"), 0o644)
-		}
-		return root
+	for _, tree := range kerneltest.Trees {
+		t.Run(tree.Name, func(t *testing.T) {
+			root := t.TempDir()
+			kerneltest.Build(t, root, tree)
+			must(t, os.MkdirAll(filepath.Join(root, "boot"), 0o755))
+			for _, v := range tree.Want {
+				must(t, os.WriteFile(filepath.Join(root, "boot", "initrd.img-"+v), []byte("i"), 0o644))
+			}
+			ks, err := findBootKernels(root)
+			var got []string
+			for _, k := range ks {
+				got = append(got, k.Version)
+			}
+			switch {
+			case tree.Refused != "":
+				if err == nil || !strings.Contains(err.Error(), tree.Refused) {
+					t.Errorf("%q, %v; want %q refused", got, err, tree.Refused)
+				}
+			case len(tree.Want) == 0:
+				if err == nil || !strings.Contains(err.Error(), "no kernel in the image") {
+					t.Errorf("%q, %v; want no kernel", got, err)
+				}
+			case err != nil || !slices.Equal(got, tree.Want):
+				t.Errorf("%q, %v; want %q", got, err, tree.Want)
+			}
+		})
 	}
-	ks, err := findBootKernels(tree("vmlinuz-6.12.10-amd64", "initrd.img-6.12.10-amd64", "vmlinuz-6.12.9-amd64", "initrd.img-6.12.9-amd64"))
-	if err != nil || len(ks) != 2 || ks[1].Version != "6.12.10-amd64" || ks[0].Initrd != "boot/initrd.img-6.12.9-amd64" {
-		t.Errorf("two kernels, newest last: %+v, %v", ks, err)
+	// The image and initramfs of each, relative to the tree; the image
+	// from the modules directory when /boot has none.
+	root := t.TempDir()
+	kerneltest.Build(t, root, kerneltest.Tree{Entries: []string{
+		"usr/lib/modules/6.12.9-amd64/", "boot/vmlinuz-6.12.9-amd64", "boot/initrd.img-6.12.9-amd64",
+		"usr/lib/modules/6.12.10-amd64/vmlinuz", "boot/initramfs-6.12.10-amd64.img"}})
+	ks, err := findBootKernels(root)
+	want := []bootKernel{{"6.12.9-amd64", "boot/vmlinuz-6.12.9-amd64", "boot/initrd.img-6.12.9-amd64"},
+		{"6.12.10-amd64", "usr/lib/modules/6.12.10-amd64/vmlinuz", "boot/initramfs-6.12.10-amd64.img"}}
+	if err != nil || !slices.Equal(ks, want) {
+		t.Errorf("findBootKernels = %+v, %v; want %+v", ks, err, want)
 	}
-	for name, files := range map[string][]string{
-		"no kernel in /boot":      nil,
-		"has no initramfs":        {"vmlinuz-6.12.10-amd64"},
-		"is not a kernel version": {"vmlinuz-6.1$(touch${IFS}x)", "initrd.img-6.1$(touch${IFS}x)"},
+	for name, entries := range map[string][]string{
+		"has no initramfs":                        {"usr/lib/modules/6.12.10-amd64/", "boot/vmlinuz-6.12.10-amd64"},
+		"neither /boot/vmlinuz-6.12.10-amd64 nor": {"usr/lib/modules/6.12.10-amd64/", "boot/vmlinuz-6.12.10-amd64/"},
+		"not a kernel release":                    {"usr/lib/modules/6.1$(touch${IFS}x)/", "boot/vmlinuz-6.1$(touch${IFS}x)", "boot/initrd.img-6.1$(touch${IFS}x)"},
+		"no kernel in the image":                  nil,
 	} {
-		if _, err := findBootKernels(tree(files...)); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%v: error %v, want %q", files, err, name)
+		root := t.TempDir()
+		kerneltest.Build(t, root, kerneltest.Tree{Entries: entries})
+		if _, err := findBootKernels(root); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v: error %v, want %q", entries, err, name)
 		}
 	}
 }
@@ -98,6 +121,8 @@ func TestBuildDisk(t *testing.T) {
 	chroottest.RequireTools(t, "sfdisk", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "mtype", "debugfs", "qemu-img")
 	root := t.TempDir()
 	for p, content := range map[string]string{
+		"usr/lib/modules/6.12.9-amd64/modules.dep":     "",
+		"usr/lib/modules/6.12.10-amd64/modules.dep":    "",
 		"boot/vmlinuz-6.12.9-amd64":                    "old kernel",
 		"boot/initrd.img-6.12.9-amd64":                 "old initrd",
 		"boot/vmlinuz-6.12.10-amd64":                   "new kernel",
@@ -217,9 +242,10 @@ func TestBuildDiskFormats(t *testing.T) {
 	chroottest.RequireTools(t, "sfdisk", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "qemu-img")
 	root := t.TempDir()
 	for p, content := range map[string]string{
-		"boot/vmlinuz-6.12.10-amd64":    "kernel",
-		"boot/initrd.img-6.12.10-amd64": "initrd",
-		"etc/fstab":                     "",
+		"usr/lib/modules/6.12.10-amd64/modules.dep": "",
+		"boot/vmlinuz-6.12.10-amd64":                "kernel",
+		"boot/initrd.img-6.12.10-amd64":             "initrd",
+		"etc/fstab":                                 "",
 	} {
 		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
 		must(t, os.WriteFile(filepath.Join(root, p), []byte(content), 0o644))

@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
-	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 
 	"github.com/hashicorp/packer-plugin-sdk/multistep"
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
@@ -29,25 +28,19 @@ var upgradeCommands = []string{
 const upgradeDownloads = 1
 
 // debStore is the host's deb cache the builder shares with the podvm-gpu
-// provisioner: $PODVM_BUILD_CACHE_DIR/debs, else $PODVM_CACHE/debs, else
-// the user's; none with skip_cache.
+// provisioner, in build_cache_dir/debs; none with skip_cache or
+// build_cache=no.
 func debStore(cfg *Config, ui packersdk.Ui) *debcache.Store {
-	if cfg.SkipCache || os.Getenv("PODVM_BUILD_CACHE") == "no" {
+	if cfg.SkipCache || cfg.BuildCache == cachedir.ModeNo {
 		return nil
 	}
-	root, err := modcache.Root(os.Getenv("PODVM_BUILD_CACHE_DIR"))
-	if err == nil {
-		err = modcache.Trusted(root)
-	}
+	root, err := cachedir.Open(cfg.BuildCacheDir)
 	if err != nil {
 		ui.Say(fmt.Sprintf("deb cache: off: %v", err))
 		return nil
 	}
-	return debcache.New(root, debCacheMaxSize)
+	return debcache.New(root, cfg.buildCacheMax)
 }
-
-// debCacheMaxSize is the build_cache_max_size default.
-const debCacheMaxSize = 4 << 30
 
 // outputInChroot runs command through comm and returns its standard
 // output; a non-zero exit is an error with the end of its output.

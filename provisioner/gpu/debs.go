@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
-	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // generatedChrootDir is the host path of the podvm-rootfs builder's tree
@@ -23,13 +23,10 @@ func (e *executor) useCaches(c gpustack.BuildCache) {
 	if root, _ := e.generated[generatedChrootDir].(string); e.generated[generatedChroot] == "true" && filepath.IsAbs(root) {
 		e.chrootRoot = root
 	}
-	if c.Mode == "no" {
+	if c.Mode == cachedir.ModeNo {
 		return
 	}
-	root, err := modcache.Root(c.Dir)
-	if err == nil {
-		err = modcache.Trusted(root)
-	}
+	root, err := cachedir.Open(c.Dir)
 	if err != nil {
 		e.ui.Say(fmt.Sprintf("build cache: off: %v", err))
 		return

@@ -17,6 +17,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 )
 
 // fakeImage describes the image the fake communicator pretends to be.
@@ -209,8 +210,12 @@ func (c *fakeComm) answer(inner string) (string, int) {
 		return img.osRelease, 0
 	case inner == cmdArch:
 		return img.arch + "\n", 0
-	case inner == cmdKernels:
-		return strings.Join(img.kernels, "\n") + "\n", 0
+	case inner == imagekernel.ListCommand:
+		var b strings.Builder
+		for _, k := range img.kernels {
+			fmt.Fprintf(&b, "modules %s\x00boot vmlinuz-%s\x00", k, k)
+		}
+		return b.String(), 0
 	case inner == cmdListSources:
 		var b strings.Builder
 		for _, p := range sortedKeys(img.sources) {
