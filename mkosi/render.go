@@ -290,7 +290,11 @@ func (r *renderer) step(ctx context.Context, i, n int, s gpustack.Step, archive 
 			return err
 		}
 	}
-	if verifying(s) {
+	// In a layer, checks stay in the post-installation script: a tree may
+	// clean the package metadata and remove files (CleanPackageMetadata=,
+	// RemoveFiles=) before its finalize scripts run, and the checks read
+	// both. Only the scan for key material runs last.
+	if verifying(s) && r.c.Into == nil {
 		r.finalize = append(r.finalize, b.String())
 	} else {
 		r.postinst = append(r.postinst, b.String())

@@ -73,6 +73,8 @@ type guestSpec struct {
 	// InitrdOnHost: the kernel boots as a unified kernel image, whose
 	// initrd the test checks on the host instead of in the guest.
 	InitrdOnHost bool
+	// Verity: the root must be a read-only dm-verity device.
+	Verity bool
 }
 
 // bootCheck boots disk (copy-on-write: the disk is not changed) under
@@ -95,7 +97,11 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	if spec.InitrdOnHost {
 		initrd = "host"
 	}
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose)
+	verity := ""
+	if spec.Verity {
+		verity = "1"
+	}
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nVERITY=%s\n", spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, verity)
 	creds := map[string]string{
 		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
@@ -266,6 +272,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 	if spec.Expose != "" {
 		want = append(want, "expose")
+	}
+	if spec.Verity {
+		want = append(want, "verity")
 	}
 	for _, name := range want {
 		v, ok := res.Checks[name]
