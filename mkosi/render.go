@@ -555,6 +555,12 @@ func (r *renderer) finish() error {
 	var content, build section
 	content.name, build.name = "Content", "Build"
 	scn := setter{&content, &errp}
+	if r.c.Into != nil && len(r.packages) > 0 && !slices.Contains(r.packages, "apt") {
+		// A tree of ours installs apt with the boot packages; a tree the
+		// layer goes into may not (a pod VM has no use for it), but the
+		// hold and the repository's self-test run it in the image.
+		r.packages = append(r.packages, "apt")
+	}
 	scn.list("Packages", r.packages)
 	if len(r.packages) > 0 {
 		// The plan installs without recommends everywhere; mkosi's
