@@ -298,7 +298,11 @@ func (r *renderer) step(ctx context.Context, i, n int, s gpustack.Step, archive 
 			return err
 		}
 	}
-	if verifying(s) {
+	// In a layer, checks stay in the post-installation script: a tree may
+	// clean the package metadata and remove files (CleanPackageMetadata=,
+	// RemoveFiles=) before its finalize scripts run, and the checks read
+	// both. Only the scan for key material runs last.
+	if verifying(s) && r.c.Into == nil {
 		r.finalize = append(r.finalize, b.String())
 	} else {
 		r.postinst = append(r.postinst, b.String())
@@ -559,6 +563,12 @@ func (r *renderer) finish() error {
 	var content, build section
 	content.name, build.name = "Content", "Build"
 	scn := setter{&content, &errp}
+	if r.c.Into != nil && len(r.packages) > 0 && !slices.Contains(r.packages, "apt") {
+		// A tree of ours installs apt with the boot packages; a tree the
+		// layer goes into may not (a pod VM has no use for it), but the
+		// hold and the repository's self-test run it in the image.
+		r.packages = append(r.packages, "apt")
+	}
 	scn.list("Packages", r.packages)
 	if len(r.packages) > 0 {
 		// The plan installs without recommends everywhere; mkosi's

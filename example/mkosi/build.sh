@@ -16,6 +16,11 @@
 # and .pem when the NVIDIA modules are signed, gpu-operator-nvidiadriver.yaml
 # with a driver repository and version). The generated
 # tree is example/mkosi/tree (PODVM_MKOSI_TREE).
+#
+# PODVM_MKOSI_INTO=DIR adds the GPU layer to the existing mkosi tree DIR
+# instead (packer-plugin-podvm mkosi --into, docs/mkosi.md) and builds it
+# there with the profile nvidia-gpu selected (PODVM_MKOSI_PROFILES, default
+# nvidia-gpu) and the outputs where the tree's own configuration puts them.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -30,6 +35,12 @@ generate() {
 	"$cache/bin/packer-plugin-podvm" mkosi --force --output "$tree" \
 		--distribution "${PODVM_DISTRIBUTION:-debian}" --release "${PODVM_RELEASE:-13}" "$@"
 }
+into=${PODVM_MKOSI_INTO:-}
+if [ -n "$into" ]; then
+	generate() {
+		"$cache/bin/packer-plugin-podvm" mkosi --into "$into" "$@"
+	}
+fi
 # An empty PODVM_SECURITY_MIRROR builds without the security suite.
 generate ${PODVM_MIRROR:+"--mirror=$PODVM_MIRROR"} \
 	${PODVM_SECURITY_MIRROR+"--security-mirror=$PODVM_SECURITY_MIRROR"}
@@ -50,7 +61,13 @@ if [ "${repart:-0}" -lt 254 ]; then
 	tools="--tools-tree=default --tools-tree-distribution=debian --tools-tree-release=trixie --tools-tree-sandbox-tree=$sandbox"
 fi
 
-mkdir -p "$output" "$cache/mkosi-pkgcache"
+mkdir -p "$cache/mkosi-pkgcache"
+if [ -n "$into" ]; then
+	cd "$into"
+	# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"; $tools is a word list
+	exec env $mkosi $tools --profile="${PODVM_MKOSI_PROFILES:-nvidia-gpu}" --package-cache-dir="$cache/mkosi-pkgcache" -f "$@" build
+fi
+mkdir -p "$output"
 cd "$tree"
 # shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"; $tools is a word list
 env $mkosi $tools --output-dir="$output" --package-cache-dir="$cache/mkosi-pkgcache" -f "$@" build

@@ -76,6 +76,8 @@ type guestSpec struct {
 	// AgentUnits are the units the pod VM binaries tree enables; none for
 	// a GPU base image.
 	AgentUnits []string
+	// Verity: the root must be a read-only dm-verity device.
+	Verity bool
 }
 
 // bootCheck boots disk (copy-on-write: the disk is not changed) under
@@ -98,8 +100,12 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	if spec.InitrdOnHost {
 		initrd = "host"
 	}
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\n",
-		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "))
+	verity := ""
+	if spec.Verity {
+		verity = "1"
+	}
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\nVERITY=%s\n",
+		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "), verity)
 	creds := map[string]string{
 		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
@@ -273,6 +279,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 	if len(spec.AgentUnits) > 0 {
 		want = append(want, "agent-enabled", "agent-chain", "agent-order")
+	}
+	if spec.Verity {
+		want = append(want, "verity")
 	}
 	for _, name := range want {
 		v, ok := res.Checks[name]

@@ -12,10 +12,10 @@ exec >/dev/ttyS1 2>&1
 finished=0
 trap '[ "$finished" = 1 ] || echo "PODVM-CHECK-ABORTED the check script stopped early"; systemctl --no-block poweroff' EXIT
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
-# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD, EXPOSE and AGENT_UNITS come
-# from the test.
+# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD, EXPOSE, AGENT_UNITS and VERITY
+# come from the test.
 . "$creds/podvm.bootcheck.env"
-: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}" "${AGENT_UNITS:=}"
+: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}" "${AGENT_UNITS:=}" "${VERITY:=}"
 
 failures=0
 ok() { echo "PODVM-CHECK $1 ok ${2:-}"; }
@@ -202,6 +202,25 @@ else
 	fail repo-image "apt-get download linux-image-$kver failed"
 fi
 rm -rf "$c"
+
+# 9. With VERITY=1: the root is a dm-verity device (libcryptsetup names
+#    its devices CRYPT-VERITY-...), mounted read-only, and nothing writes it.
+if [ "$VERITY" = 1 ]; then
+	src=$(findmnt -n -o SOURCE /)
+	dev=$(basename "$(readlink -f "$src")")
+	uuid=$(cat "/sys/block/$dev/dm/uuid" 2>/dev/null)
+	opts=$(findmnt -n -o OPTIONS /)
+	case "$uuid" in
+	CRYPT-VERITY-*)
+		if echo ",$opts," | grep -q ',ro,' && [ "$(cat "/sys/block/$dev/ro")" = 1 ] && ! touch /.podvm-write-test 2>/dev/null; then
+			ok verity "/ is $src ($dev, $uuid), mounted $opts"
+		else
+			fail verity "/ is $src ($dev), mounted '$opts', device ro=$(cat "/sys/block/$dev/ro")"
+		fi
+		;;
+	*) fail verity "/ is $src ($dev), not a dm-verity device (dm uuid '$uuid')" ;;
+	esac
+fi
 
 finished=1
 echo "PODVM-CHECK-END failures=$failures"
