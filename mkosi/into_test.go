@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
 )
 
 // snapshot is a tree's every entry: type, mode and content or link.
@@ -185,6 +187,10 @@ func TestIntoRoundTrip(t *testing.T) {
 			if !strings.Contains(string(script), "'"+tc.imageFiles+"podvm-bake.json'") {
 				t.Errorf("the script does not read the spec at %spodvm-bake.json", tc.imageFiles)
 			}
+			if !strings.Contains(string(script), "[size] The root with the GPU layer") || !strings.Contains(string(script), "layer_repo='/opt/local-packages'") {
+				t.Error("the script does not print the root's size with the layer")
+			}
+			shellcheck.Check(t, "50-podvm.sh of the layer", string(script))
 
 			// Regenerating gives the same tree.
 			if rc, out := runInto(t, intoArgs(t, dir, tc.args...)); rc != 0 {

@@ -666,6 +666,14 @@ func (r *renderer) finish() error {
 		}
 		r.files.add(r.prefix+"mkosi.extra/usr/lib/systemd/system-preset/40-podvm-gpu.preset", 0o644, []byte(b.String()))
 	}
+	if r.c.Into != nil && len(r.postinst) > 0 {
+		repo := ""
+		if r.bake != nil {
+			repo = r.bake.Dir
+		}
+		r.postinst = append(r.postinst, fmt.Sprintf("layer_packages=%s\nlayer_repo=%s\n%s",
+			shellquote.Quote(strings.Join(packageNames(r.packages), " ")), shellquote.Quote(repo), layerSize))
+	}
 	if len(r.postinst) > 0 {
 		r.files.add(r.prefix+"mkosi.postinst.d/50-podvm.sh", 0o755, []byte(r.script("post-installation", r.postinst, "")))
 	}

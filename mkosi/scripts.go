@@ -50,3 +50,9 @@ var downloadOnly = downloadOnlyText + debNames
 //
 //go:embed scripts/no-private-keys.sh
 var noPrivateKeys string
+
+// layerSize prints, at the end of a layer's post-installation, the size of
+// the root and the layer's share of it, for sizing a verity partition.
+//
+//go:embed scripts/layer-size.sh
+var layerSize string

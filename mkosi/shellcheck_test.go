@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
 )
 
@@ -54,8 +53,14 @@ func TestTreesShellcheck(t *testing.T) {
 		"local_repo":                            "yes",
 		"local_repo_closure":                    "none",
 	})
-	for name, p := range map[string]*gpustack.Plan{"user keys": p, "local_repo_closure=none": none} {
-		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
+	// The user keys' plan once more, as a layer of a tree of several images.
+	for name, c := range map[string]Config{
+		"user keys":               {Plan: p},
+		"local_repo_closure=none": {Plan: none},
+		"layer (--into)":          {Plan: p, Into: &Layer{ImageDir: "mkosi.images/system"}},
+	} {
+		c.Bin, c.HTTPClient = goldenBin, noNetwork
+		files, err := Render(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)
 		}
