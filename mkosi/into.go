@@ -372,9 +372,16 @@ func RemoveLayer(dir string) (edited []string, err error) {
 
 // removeEmpty removes the directories of dirs that keep is without,
 // deepest first, where they are empty; one that is not holds the tree's
-// own files now and stays.
+// own files now and stays. Empty directories below them go first: mkosi
+// makes the mount points of the layer's BuildSources= there.
 func removeEmpty(root *os.File, dirs, keep []string) {
-	sorted := slices.Clone(dirs)
+	var below []string
+	for _, d := range dirs {
+		if !slices.Contains(keep, d) {
+			below = append(below, emptyDirsBelow(root, d)...)
+		}
+	}
+	sorted := append(below, dirs...)
 	sort.Slice(sorted, func(i, j int) bool { return strings.Count(sorted[i], "/") > strings.Count(sorted[j], "/") })
 	for _, d := range sorted {
 		if !slices.Contains(keep, d) {
@@ -464,4 +471,29 @@ func hashBeneath(root *os.File, p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// emptyDirsBelow lists the directories below d (relative to root) that
+// hold only directories, never following a link. Deeper ones come first
+// after sorting by depth, as removeEmpty does.
+func emptyDirsBelow(root *os.File, d string) []string {
+	fd, err := openBeneath(root, d, false)
+	if err != nil {
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), d)
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
+			sub := path.Join(d, e.Name())
+			out = append(out, emptyDirsBelow(root, sub)...)
+			out = append(out, sub)
+		}
+	}
+	return out
 }

@@ -200,6 +200,11 @@ func TestIntoRoundTrip(t *testing.T) {
 				t.Errorf("regenerating changed the tree: %v", diffKeys(after, again))
 			}
 
+			// A build leaves the mount points of BuildSources= behind,
+			// below the layer's drop-in: --remove takes them too.
+			if err := os.MkdirAll(filepath.Join(dir, "mkosi.conf.d", LayerDropIn, "mnt", "podvm-module-cache"), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if rc, out := runInto(t, []string{"--into", dir, "--remove"}); rc != 0 {
 				t.Fatalf("--remove: rc %d\n%s", rc, out)
 			}
@@ -399,7 +404,7 @@ func checkIntoSummary(t *testing.T, argv []string, dir, driver string) {
 					t.Errorf("system image scripts: post-installation %v, finalize %v; want the tree's own first, then the layer's", im.PostInstallationScripts, im.FinalizeScripts)
 				}
 			}
-			if profile != "" && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "podvm-module-cache") {
+			if profile != "" && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "mkosi.conf.d/"+LayerDropIn+"/mnt/podvm-module-cache") {
 				t.Errorf("image %q: build sources %+v, want the tree first, then the module cache", im.Image, im.BuildSources)
 			}
 			if im.Image == "initrd" && slices.ContainsFunc(im.Packages, func(p string) bool { return strings.Contains(p, "nvidia") }) {

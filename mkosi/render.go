@@ -225,12 +225,23 @@ type renderer struct {
 // mount mounts the host directory of file below $SRCDIR at target, for
 // the scripts, and returns the file's path there.
 func (r *renderer) mount(file, target string) string {
+	target = r.mountPoint(target)
 	if dir, err := filepath.Abs(filepath.Dir(file)); err == nil {
 		if m := dir + ":" + target; !slices.Contains(r.sources, m) {
 			r.sources = append(r.sources, m)
 		}
 	}
 	return target + "/" + filepath.Base(file)
+}
+
+// mountPoint is where BuildSources= mounts target below $SRCDIR. mkosi
+// makes the mount point in the tree: in a layer it is below the layer's
+// drop-in, which --remove clears, so the tree is left as it was.
+func (r *renderer) mountPoint(target string) string {
+	if r.c.Into == nil {
+		return target
+	}
+	return r.universal + "mnt/" + target
 }
 
 // secret registers the passphrase variable name for mkosi's Environment=
@@ -479,10 +490,11 @@ func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) err
 		if !filepath.IsAbs(r.p.Cache.Dir) {
 			return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", r.p.Cache.Dir)
 		}
-		if m := modcache.Dir(r.p.Cache.Dir) + ":" + moduleCacheSource; !slices.Contains(r.sources, m) {
+		target := r.mountPoint(moduleCacheSource)
+		if m := modcache.Dir(r.p.Cache.Dir) + ":" + target; !slices.Contains(r.sources, m) {
 			r.sources = append(r.sources, m)
 		}
-		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", moduleCacheSource, r.p.Cache.MaxSize)
+		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", target, r.p.Cache.MaxSize)
 	}
 	fmt.Fprintf(b, "\"$podvm_bin\" mkosi modules --root \"$BUILDROOT\" --kernels \"$kernels\"%s\n", cache)
 	return nil
@@ -511,7 +523,7 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	}
 	// The spec's key is where the build's sandbox mounts it, below $SRCDIR.
 	if a.SigningKey != "" {
-		spec.Repo.SigningKey = signingKeySource + "/" + filepath.Base(a.SigningKey)
+		spec.Repo.SigningKey = r.mountPoint(signingKeySource) + "/" + filepath.Base(a.SigningKey)
 	}
 	// The output directory is the build's, not this host's.
 	spec.Repo.OutputDir = path.Base(filepath.ToSlash(a.OutputDir))

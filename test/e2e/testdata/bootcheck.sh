@@ -99,6 +99,8 @@ if [ -n "${EXPOSE:-}" ]; then
 		ok expose "$EXPOSE: $unit active, mounted $opts"
 	else
 		fail expose "$EXPOSE: unit $(systemctl is-active "$unit"), options '$opts'"
+		systemctl status "$unit" --no-pager 2>&1 | show
+		ls -la "$(systemctl show -P What "$unit")" 2>&1 | head -5 | show
 	fi
 fi
 
@@ -207,18 +209,22 @@ rm -rf "$c"
 #    its devices CRYPT-VERITY-...), mounted read-only, and nothing writes it.
 if [ "$VERITY" = 1 ]; then
 	src=$(findmnt -n -o SOURCE /)
-	dev=$(basename "$(readlink -f "$src")")
-	uuid=$(cat "/sys/block/$dev/dm/uuid" 2>/dev/null)
+	# /dev/mapper/root may be a node, not a link: the device by number.
+	dev=/sys/dev/block/$(findmnt -n -o MAJ:MIN /)
+	uuid=$(cat "$dev/dm/uuid" 2>/dev/null)
 	opts=$(findmnt -n -o OPTIONS /)
 	case "$uuid" in
 	CRYPT-VERITY-*)
-		if echo ",$opts," | grep -q ',ro,' && [ "$(cat "/sys/block/$dev/ro")" = 1 ] && ! touch /.podvm-write-test 2>/dev/null; then
-			ok verity "/ is $src ($dev, $uuid), mounted $opts"
+		if echo ",$opts," | grep -q ',ro,' && [ "$(cat "$dev/ro")" = 1 ] && ! touch /.podvm-write-test 2>/dev/null; then
+			ok verity "/ is $src ($uuid), mounted $opts"
 		else
-			fail verity "/ is $src ($dev), mounted '$opts', device ro=$(cat "/sys/block/$dev/ro")"
+			fail verity "/ is $src, mounted '$opts', device ro=$(cat "$dev/ro")"
 		fi
 		;;
-	*) fail verity "/ is $src ($dev), not a dm-verity device (dm uuid '$uuid')" ;;
+	*)
+		fail verity "/ is $src, not a dm-verity device (dm uuid '$uuid')"
+		ls -l "$dev/" /dev/mapper 2>&1 | show
+		;;
 	esac
 fi
 
