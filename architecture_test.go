@@ -34,6 +34,10 @@ func TestArchitecture(t *testing.T) {
 		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
 		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
 		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
+		// The image's record: dpkg's database and the SBOM made from it
+		// know nothing of options, back ends or the repository.
+		{"dpkgstatus", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
+		{"sbom", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 	} {
 		deps := moduleDeps(t, tc.pkg, map[string]bool{})
 		for _, f := range tc.forbidden {
