@@ -378,6 +378,12 @@ func writeArmored(out *bytes.Buffer, blockType string, data []byte) error {
 	return nil
 }
 
+// DetachSign returns an armored detached signature of msg made at the
+// given time: the build's record (manifest, SBOM) is signed as Release is.
+func (s *Signer) DetachSign(msg []byte, at time.Time) ([]byte, error) {
+	return s.detachSign(msg, at)
+}
+
 // detachSign returns an armored detached signature of msg (Release.gpg).
 func (s *Signer) detachSign(msg []byte, at time.Time) ([]byte, error) {
 	cfg, err := s.config(at)

@@ -7,9 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
 
 // File names in the output directory.
@@ -295,7 +299,16 @@ type Set struct {
 	Operator gpustack.GPUOperator
 	// ModuleCert is the module signing certificate (DER), nil for none.
 	ModuleCert []byte
+	// SBOM is the image's bill of materials (sbom.File); nil for none.
+	SBOM []byte
+	// Sign makes a detached signature with the repository's key; the
+	// manifest and the SBOM get one each (SignatureSuffix), made over the
+	// very bytes written. nil: no signatures, and stale ones are removed.
+	Sign func([]byte) ([]byte, error)
 }
+
+// SignatureSuffix names a record file's detached, armored signature.
+const SignatureSuffix = ".asc"
 
 // Write writes every artifact into dir (created 0755 if missing), each file
 // 0644 and replaced atomically, and returns their paths in a stable order.
@@ -358,6 +371,28 @@ func Write(dir string, s Set) ([]string, error) {
 		}
 		pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ModuleCert})
 		files = append(files, namedFile{ModuleCertDERFile, s.ModuleCert}, namedFile{ModuleCertPEMFile, pemCert})
+	}
+	if s.SBOM != nil {
+		files = append(files, namedFile{sbom.File, s.SBOM})
+	}
+	record := []string{ManifestFile, sbom.File}
+	for _, f := range files {
+		if !slices.Contains(record, f.name) {
+			continue
+		}
+		sigName := f.name + SignatureSuffix
+		if s.Sign == nil {
+			// A signature left by an earlier build would not match.
+			if err := os.Remove(filepath.Join(dir, sigName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("write artifacts: %w", err)
+			}
+			continue
+		}
+		sig, err := s.Sign(f.data)
+		if err != nil {
+			return nil, fmt.Errorf("signing %s: %w", f.name, err)
+		}
+		files = append(files, namedFile{sigName, sig})
 	}
 	var paths []string
 	for _, f := range files {

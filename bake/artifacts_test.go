@@ -1,7 +1,11 @@
 package bake
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 
 	"gopkg.in/yaml.v3"
 )
@@ -318,4 +323,47 @@ func checkNVIDIADriver(t *testing.T, path, osTag string) string {
 		t.Errorf("the operator would pull %q, not an image reference", ref)
 	}
 	return ref
+}
+
+// TestWriteSignatures: each record file gets a signature over exactly the
+// bytes written; a build that cannot sign removes the signatures an
+// earlier build left, which would no longer match.
+func TestWriteSignatures(t *testing.T) {
+	dir := t.TempDir()
+	signed := map[string][]byte{}
+	sign := func(b []byte) ([]byte, error) {
+		sig := []byte(fmt.Sprintf("sig of %d bytes\n", len(b)))
+		signed[string(sig)] = b
+		return sig, nil
+	}
+	set := Set{RepoPath: "/opt/local-packages", ArmoredKey: []byte("key\n"), Manifest: Manifest{SchemaVersion: 1}, SBOM: []byte("{}\n"), Sign: sign}
+	if _, err := Write(dir, set); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{ManifestFile, sbom.File} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig, err := os.ReadFile(filepath.Join(dir, f+SignatureSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(signed[string(sig)], data) {
+			t.Errorf("%s%s is not over the bytes of %s", f, SignatureSuffix, f)
+		}
+	}
+	set.Sign = nil
+	if _, err := Write(dir, set); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{ManifestFile, sbom.File} {
+		if _, err := os.Stat(filepath.Join(dir, f+SignatureSuffix)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s%s left by the earlier build: %v", f, SignatureSuffix, err)
+		}
+	}
+	set.Sign = func([]byte) ([]byte, error) { return nil, errors.New("key gone") }
+	if _, err := Write(dir, set); err == nil || !strings.Contains(err.Error(), "signing manifest.json: key gone") {
+		t.Errorf("Write with a failing signer: %v", err)
+	}
 }

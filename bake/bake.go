@@ -8,8 +8,6 @@
 package bake
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -22,7 +20,9 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
+	"github.com/podvm-gpu/packer-plugin-podvm/dpkgstatus"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
 
 // Repository identity in Release and in an ephemeral key's user ID.
@@ -84,6 +84,18 @@ type Index struct {
 	Fingerprint string
 	Keyring     []byte // binary public keyring
 	ArmoredKey  []byte
+	// Sign signs the build's record with the repository's key, which
+	// stays in this process until Discard; nil where the index was not
+	// made by IndexRepo.
+	Sign    func([]byte) ([]byte, error)
+	Discard func()
+}
+
+// Close drops the signing key; safe on an Index of any origin.
+func (idx *Index) Close() {
+	if idx.Discard != nil {
+		idx.Discard()
+	}
 }
 
 // IndexInput is where the .debs are and where the index goes.
@@ -107,20 +119,20 @@ func Signer(keyFile, passphraseEnv string, date time.Time) (*aptrepo.Signer, err
 }
 
 // IndexRepo indexes and signs the .debs in in.DebDir into in.OutDir. The
-// private key lives in this process only, and is dropped before it
-// returns.
+// private key lives in this process only: it signs the record through the
+// Index until the caller's Close, which must follow.
 func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
 	signer, err := Signer(in.KeyFile, s.Repo.Passphrase, in.Date)
 	if err != nil {
 		return nil, err
 	}
-	defer signer.Discard()
 	res, err := aptrepo.Build(ctx, aptrepo.Options{
 		DebDir: in.DebDir, Out: in.OutDir, Placement: aptrepo.IndexOnly,
 		Origin: origin, Label: label, Date: in.Date, Signer: signer,
 		AllDigests: s.Repo.AllDigests,
 	})
 	if err != nil {
+		signer.Discard()
 		return nil, err
 	}
 	return &Index{
@@ -129,7 +141,15 @@ func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
 		Fingerprint: res.Fingerprint,
 		Keyring:     signer.PublicKeyring(),
 		ArmoredKey:  signer.ArmoredPublicKey(),
+		Sign:        func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, in.Date) },
+		Discard:     signer.Discard,
 	}, nil
+}
+
+// SBOM is the image's bill of materials, from its dpkg status (sbom.File).
+func (s Spec) SBOM(status []byte, date time.Time) ([]byte, error) {
+	t := s.Base.Target
+	return sbom.FromStatus(status, sbom.Image{Distro: t.Distro, Version: t.Version, Name: "podvm-gpu " + t.Distro + " " + t.Version, Tool: s.Base.Generator}, date)
 }
 
 // ImageState is what the manifest reads from the image as built.
@@ -181,12 +201,12 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 	m.Stamp(date)
 	m.Kernels = st.Kernels
 	m.Repo = repo
-	pkgs, err := parseStatus(st.DpkgStatus)
+	pkgs, err := dpkgstatus.Parse(st.DpkgStatus)
 	if err != nil {
 		return m, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
 	for _, p := range pkgs {
-		if p.held {
+		if p.Held {
 			m.Held = append(m.Held, p.Name)
 		}
 	}
@@ -195,10 +215,10 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 		gpu := *m.GPU
 		gpu.Packages = nil
 		for _, p := range pkgs {
-			if p.installed && matchAny(s.Installed, p.Name) {
-				gpu.Packages = append(gpu.Packages, p.Package)
+			if p.Installed && matchAny(s.Installed, p.Name) {
+				gpu.Packages = append(gpu.Packages, Package{Name: p.Name, Version: p.Version, Arch: p.Arch})
 			}
-			if p.installed && p.Name == s.DriverPackage {
+			if p.Installed && p.Name == s.DriverPackage {
 				gpu.DriverVersion = p.Version
 			}
 		}
@@ -258,8 +278,10 @@ func (s Spec) InImage(keyring []byte) []File {
 }
 
 // Artifacts writes the host artefacts into dir and returns their paths.
-func (s Spec) Artifacts(dir string, armoredKey []byte, m Manifest, moduleCert []byte) ([]string, error) {
+func (s Spec) Artifacts(dir string, armoredKey []byte, m Manifest, moduleCert, bom []byte, sign func([]byte) ([]byte, error)) ([]string, error) {
 	paths, err := Write(dir, Set{
+		SBOM:        bom,
+		Sign:        sign,
 		RepoPath:    s.Repo.Dir,
 		ExposePath:  s.Repo.ExposePath,
 		KeyringPath: s.Repo.Keyring,
@@ -272,42 +294,6 @@ func (s Spec) Artifacts(dir string, armoredKey []byte, m Manifest, moduleCert []
 		return nil, fmt.Errorf("writing host artifacts: %w", err)
 	}
 	return paths, nil
-}
-
-type statusPackage struct {
-	Package
-	installed, held bool
-}
-
-// parseStatus reads the packages of a dpkg status file, in its order.
-func parseStatus(data []byte) ([]statusPackage, error) {
-	var out []statusPackage
-	for _, para := range bytes.Split(data, []byte("\n\n")) {
-		f := map[string]string{}
-		sc := bufio.NewScanner(bytes.NewReader(para))
-		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
-				f[k] = strings.TrimSpace(v)
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
-		if f["Package"] == "" {
-			continue
-		}
-		// Status: want flag status, e.g. "hold ok installed".
-		st := strings.Fields(f["Status"])
-		p := statusPackage{Package: Package{Name: f["Package"], Version: f["Version"], Arch: f["Architecture"]}}
-		if len(st) == 3 {
-			p.installed = st[2] == "installed"
-			p.held = st[0] == "hold" && p.installed
-		}
-		out = append(out, p)
-	}
-	return out, nil
 }
 
 // matchAny reports whether name matches one of the dpkg-style patterns
@@ -347,13 +333,14 @@ func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer idx.Close()
 	for _, f := range s.InImage(idx.Keyring) {
 		if err := WriteFile(in(f.Path), f.Data); err != nil {
 			return nil, err
 		}
 	}
 	st := ImageState{Kernels: t.Kernels}
-	if st.DpkgStatus, err = os.ReadFile(in("/var/lib/dpkg/status")); err != nil {
+	if st.DpkgStatus, err = os.ReadFile(in(dpkgstatus.Path)); err != nil {
 		return nil, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
 	if s.ChoosesDriver() {
@@ -386,7 +373,11 @@ func (s Spec) InTree(ctx context.Context, t Tree) (*Index, error) {
 		return nil, err
 	}
 	if t.ArtifactsDir != "" {
-		if _, err := s.Artifacts(t.ArtifactsDir, idx.ArmoredKey, m, st.ModuleCert); err != nil {
+		bom, err := s.SBOM(st.DpkgStatus, t.Date)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Artifacts(t.ArtifactsDir, idx.ArmoredKey, m, st.ModuleCert, bom, idx.Sign); err != nil {
 			return nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
 
 const testStatus = "Package: nvidia-kernel-dkms\nStatus: hold ok installed\nVersion: 550.163.01-2\nArchitecture: amd64\nDescription: x\n multi-line: not a field\n\n" +
@@ -150,10 +151,38 @@ func TestInTree(t *testing.T) {
 			t.Errorf("in the image: %v", err)
 		}
 	}
-	for _, f := range []string{ManifestFile, KeyFile, SourcesFile, ConfigMapFile, ModuleCertDERFile, ModuleCertPEMFile} {
+	for _, f := range []string{ManifestFile, KeyFile, SourcesFile, ConfigMapFile, ModuleCertDERFile, ModuleCertPEMFile, sbom.File} {
 		if _, err := os.Stat(filepath.Join(arts, f)); err != nil {
 			t.Errorf("beside the image: %v", err)
 		}
+	}
+	// The record is signed by the repository's key: sqv, as apt uses it,
+	// verifies both against the keyring in the image, and refuses a
+	// manifest changed by one byte.
+	keyring := filepath.Join(arts, KeyFile) // armored, as users get it
+	for _, f := range []string{ManifestFile, sbom.File} {
+		out, err := exec.Command("sqv", "--keyring", keyring, filepath.Join(arts, f+SignatureSuffix), filepath.Join(arts, f)).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), idx.Fingerprint) {
+			t.Errorf("sqv %s: %v\n%s", f+SignatureSuffix, err, out)
+		}
+	}
+	inArts, err := os.ReadFile(filepath.Join(arts, ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := filepath.Join(work, "manifest.json")
+	if err := os.WriteFile(tampered, append(inArts, ' '), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sqv", "--keyring", keyring, filepath.Join(arts, ManifestFile+SignatureSuffix), tampered).CombinedOutput(); err == nil {
+		t.Errorf("sqv accepted a changed manifest:\n%s", out)
+	}
+	bom, err := os.ReadFile(filepath.Join(arts, sbom.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(bom), `"purl": "pkg:deb/debian/nvidia-kernel-dkms@550.163.01-2?arch=amd64&distro=debian-13"`) {
+		t.Errorf("the SBOM lacks the driver:\n%s", bom)
 	}
 	raw, err := os.ReadFile(filepath.Join(repo, ManifestFile))
 	if err != nil {

@@ -421,7 +421,7 @@ var Table = []Setting{
 			}
 		}},
 	{Key: "output_dir", Env: "PODVM_OUTPUT_DIR", Kind: String, Default: "podvm-artifacts", Section: "repo",
-		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap and Helm values, the NVIDIADriver (only with gpu_operator_driver_repository and gpu_operator_driver_version), keyring.asc, manifest.json and, when the NVIDIA modules are signed, their certificate (module-signing.der, module-signing.pem).",
+		Help:  "Directory on the build host for the sources file, GPU Operator ConfigMap and Helm values, the NVIDIADriver (only with gpu_operator_driver_repository and gpu_operator_driver_version), keyring.asc, manifest.json, the image's SBOM (sbom.cdx.json, CycloneDX), their signatures by the repository key (manifest.json.asc, sbom.cdx.json.asc) and, when the NVIDIA modules are signed, their certificate (module-signing.der, module-signing.pem).",
 		check: &checkOutputDir,
 		set:   func(o *Options, v value) { o.OutputDir = v.s }},
 

@@ -65,7 +65,7 @@ variable "image_name_prefix" {
 variable "artifacts_directory" {
   type        = string
   default     = "output-podvm-artifacts"
-  description = "Directory on this machine for local-packages.sources, the GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json and module-signing.{der,pem} (when the NVIDIA modules are signed)."
+  description = "Directory on this machine for local-packages.sources, the GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json, sbom.cdx.json, their signatures (.asc) and module-signing.{der,pem} (when the NVIDIA modules are signed)."
 }
 
 variable "use_azure_cli_auth" {

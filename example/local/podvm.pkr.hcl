@@ -14,7 +14,8 @@
 # and the host artefacts in output-podvm-artifacts: local-packages.sources,
 # the GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml
 # (only with GPU_OPERATOR_DRIVER_REPOSITORY and GPU_OPERATOR_DRIVER_VERSION),
-# keyring.asc, manifest.json, and module-signing.der and .pem (the
+# keyring.asc, manifest.json, sbom.cdx.json, their signatures (.asc), and
+# module-signing.der and .pem (the
 # certificate the NVIDIA modules are signed with, when they are).
 #
 # Every podvm-gpu setting not written below comes from the environment
@@ -50,7 +51,7 @@ variable "output_directory" {
 variable "artifacts_directory" {
   type        = string
   default     = "output-podvm-artifacts"
-  description = "Where the sources file, GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json and module-signing.{der,pem} (when the NVIDIA modules are signed) go."
+  description = "Where the sources file, GPU Operator ConfigMap and Helm values, gpu-operator-nvidiadriver.yaml (only with a driver repository and version), keyring.asc, manifest.json, sbom.cdx.json, their signatures (.asc) and module-signing.{der,pem} (when the NVIDIA modules are signed) go."
 }
 
 variable "output_tarball" {

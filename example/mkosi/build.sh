@@ -12,7 +12,8 @@
 # Outputs land in example/mkosi/_output (PODVM_MKOSI_OUTPUT; the leading
 # underscore keeps Go from reading the tools tree there as our packages): the disk
 # image.raw, and podvm-artifacts/ (local-packages.sources, GPU Operator
-# ConfigMap and Helm values, keyring.asc, manifest.json, module-signing.der
+# ConfigMap and Helm values, keyring.asc, manifest.json, sbom.cdx.json and
+# their signatures (.asc), module-signing.der
 # and .pem when the NVIDIA modules are signed, gpu-operator-nvidiadriver.yaml
 # with a driver repository and version). The generated
 # tree is example/mkosi/tree (PODVM_MKOSI_TREE).

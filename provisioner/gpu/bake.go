@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/dpkgstatus"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -126,7 +128,8 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err != nil {
 		return fmt.Errorf("indexing and signing on the build host: %w", err)
 	}
-	manifest, err := e.manifest(ctx, bake.NewRepo(b.Dir, b.Keyring, res.Fingerprint, res.Packages), date)
+	defer res.Close()
+	manifest, bom, err := e.manifest(ctx, bake.NewRepo(b.Dir, b.Keyring, res.Fingerprint, res.Packages), date)
 	if err != nil {
 		return err
 	}
@@ -174,7 +177,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		return err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s: %d packages, key %s", b.Dir, len(res.Packages), res.Fingerprint))
-	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest)
+	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest, bom, res.Sign)
 }
 
 // swapCommand prepares newDir (extra commands first, then ownership and
@@ -222,10 +225,9 @@ func checkSwapDir(dir string) error {
 }
 
 // publish writes what goes with a repository in place: its keyring and,
-// when asked for, the sources file in the image, the manifest in the
-// repository directory (kept repository only: a new one has it already),
-// and the host artifacts.
-func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, armored []byte, manifest bake.Manifest) error {
+// when asked for, the sources file in the image, and the host artifacts
+// with the SBOM and, when sign is not nil, the record's signatures.
+func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, armored []byte, manifest bake.Manifest, bom []byte, sign func([]byte) ([]byte, error)) error {
 	for _, f := range e.spec.InImage(keyring) {
 		if err := e.writeFile(ctx, f.Path, f.Data, 0o644, "root:root"); err != nil {
 			return err
@@ -245,7 +247,7 @@ func (e *executor) publish(ctx context.Context, b gpustack.BakeRepo, keyring, ar
 			return err
 		}
 	}
-	paths, err := e.spec.Artifacts(b.OutputDir, armored, manifest, cert)
+	paths, err := e.spec.Artifacts(b.OutputDir, armored, manifest, cert, bom, sign)
 	if err != nil {
 		return err
 	}
@@ -315,35 +317,45 @@ func downloadCommands(b gpustack.BakeRepo, newDir string) (prep, fetch, archives
 	return prep, fetch, newDir, "rm -rf " + t
 }
 
-// manifest is the manifest of the image as it is now: the bake reads the
-// image's dpkg status and the module signing certificate, as the mkosi
-// path reads them from its tree.
-func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time) (bake.Manifest, error) {
-	st := bake.ImageState{Kernels: e.plan.Kernels}
-	status, err := e.r.query(ctx, "cat /var/lib/dpkg/status")
+// manifest is the manifest and the SBOM of the image as it is now: the
+// bake reads the image's dpkg status and the module signing certificate,
+// as the mkosi path reads them from its tree.
+func (e *executor) manifest(ctx context.Context, repo *bake.Repo, date time.Time) (bake.Manifest, []byte, error) {
+	m, status, err := e.manifestOnly(ctx, repo, date)
 	if err != nil {
-		return bake.Manifest{}, fmt.Errorf("reading the image's dpkg status: %w", err)
+		return m, nil, err
+	}
+	bom, err := e.spec.SBOM(status, date)
+	return m, bom, err
+}
+
+func (e *executor) manifestOnly(ctx context.Context, repo *bake.Repo, date time.Time) (bake.Manifest, []byte, error) {
+	st := bake.ImageState{Kernels: e.plan.Kernels}
+	status, err := e.r.query(ctx, "cat "+dpkgstatus.Path)
+	if err != nil {
+		return bake.Manifest{}, nil, fmt.Errorf("reading the image's dpkg status: %w", err)
 	}
 	st.DpkgStatus = []byte(status)
 	if e.spec.ChoosesDriver() {
 		if st.DriverSource, err = e.takenSource(ctx); err != nil {
-			return bake.Manifest{}, err
+			return bake.Manifest{}, nil, err
 		}
 	}
 	cert, sigs := e.spec.ModuleFiles(st.DriverSource)
 	if cert != "" {
 		if st.ModuleCert, err = e.readModuleCert(ctx); err != nil {
-			return bake.Manifest{}, err
+			return bake.Manifest{}, nil, err
 		}
 	}
 	if sigs {
 		out, err := e.r.query(ctx, "cat "+shellquote.Word(gpustack.ModuleSignatures))
 		if err != nil {
-			return bake.Manifest{}, fmt.Errorf("reading the module signatures: %w", err)
+			return bake.Manifest{}, nil, fmt.Errorf("reading the module signatures: %w", err)
 		}
 		st.ModuleSignatures = []byte(out)
 	}
-	return e.spec.Manifest(repo, st, date)
+	m, err := e.spec.Manifest(repo, st, date)
+	return m, st.DpkgStatus, err
 }
 
 // keepUnchanged reports whether the repository in the image can stay as it
@@ -422,7 +434,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	}
 	repo := *old.Repo
 	repo.Path, repo.Keyring = b.Dir, b.Keyring
-	manifest, err := e.manifest(ctx, &repo, date)
+	manifest, bom, err := e.manifest(ctx, &repo, date)
 	if err != nil {
 		return false, err
 	}
@@ -434,7 +446,19 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 		return false, err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))
-	if err := e.publish(ctx, b, keyring, []byte(armored), manifest); err != nil {
+	// The record is new; only a key file can sign it again.
+	var sign func([]byte) ([]byte, error)
+	if b.SigningKey != "" {
+		signer, err := bake.Signer(b.SigningKey, b.Passphrase, date)
+		if err != nil {
+			return false, fmt.Errorf("local_repo_signing_key: %w", err)
+		}
+		defer signer.Discard()
+		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
+	} else {
+		e.ui.Say("the ephemeral key that signed it is gone: " + bake.ManifestFile + " and " + sbom.File + " are written unsigned this time")
+	}
+	if err := e.publish(ctx, b, keyring, []byte(armored), manifest, bom, sign); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -426,6 +426,7 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 		}
 	})
 
+	t.Run("signed record", func(t *testing.T) { checkRecord(t, arts, rootfs) })
 	t.Run("no private key material", func(t *testing.T) {
 		scanNoPrivateKey(t, rootfs)
 		scanNoPrivateKey(t, arts)
