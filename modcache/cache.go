@@ -12,6 +12,7 @@
 package modcache
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -360,6 +361,49 @@ func (c *Cache) receive(fill func(f *os.File) error) error {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	return fill(f)
+}
+
+// lockSuffix names a key's build lock, a plain file beside the entries,
+// which List and Prune pass over (they read directories only).
+const lockSuffix = ".lock"
+
+// Lock takes the build lock of inputs, waiting while another build holds
+// it; waiting is called once if it must wait. Builds of the same modules
+// running at once then compile them once: the one that waited finds the
+// other's entry. The lock is advisory (flock), so a build that dies drops
+// it, and unlock releases it. A cache that cannot be locked returns an
+// error, and the caller builds without waiting.
+func (c *Cache) Lock(ctx context.Context, inputs string, waiting func()) (unlock func(), err error) {
+	top, err := c.open(true)
+	if err != nil {
+		return nil, err
+	}
+	defer top.Close()
+	fd, err := unix.Openat(int(top.Fd()), Key(inputs)+lockSuffix, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("module cache: build lock: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), Key(inputs)+lockSuffix)
+	for said := false; ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("module cache: build lock: %w", err)
+		}
+		if !said && waiting != nil {
+			waiting()
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Entry describes one cached build.

@@ -164,6 +164,27 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 		if err != nil || restored {
 			return err
 		}
+		// Another build of the same modules (a second image built at the
+		// same time) may be compiling them now: wait for it and take its
+		// entry rather than compile them twice.
+		waited := false
+		unlock, err := c.Lock(ctx, p.Inputs, func() {
+			waited = true
+			say(fmt.Sprintf("module cache: another build is building %s; waiting for it", p))
+		})
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			say(fmt.Sprintf("module cache: %v; building without it", err))
+		default:
+			defer unlock()
+			if waited {
+				if restored, err := restore(ctx, t, c, p, args, say); err != nil || restored {
+					return err
+				}
+			}
+		}
 	}
 	start := time.Now()
 	say(fmt.Sprintf("building %s with DKMS", p))

@@ -311,3 +311,83 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// slowImage is a fakeImage whose DKMS build blocks until released.
+type slowImage struct {
+	*fakeImage
+	building chan struct{} // closed when the build starts
+	release  chan struct{}
+}
+
+func (s *slowImage) Run(ctx context.Context, command string) error {
+	err := s.fakeImage.Run(ctx, command)
+	if strings.HasPrefix(s.log[len(s.log)-1], "build ") {
+		close(s.building)
+		<-s.release
+	}
+	return err
+}
+
+// TestConcurrentSameModulesBuildOnce: two images built at once that need
+// the same modules compile them once; the second waits for the first's
+// build lock and restores its entry. Each build has its own cache value,
+// as two processes would.
+func TestConcurrentSameModulesBuildOnce(t *testing.T) {
+	dir := t.TempDir()
+	one := "entry nvidia-current 550.163.01 6.12.1-amd64 x86_64\nlayout 1\nmodule nvidia-current 550.163.01\nkernel 6.12.1-amd64 x86_64\nend\n"
+	first := &slowImage{&fakeImage{pending: one, files: map[string][]byte{}}, make(chan struct{}), make(chan struct{})}
+	second := &fakeImage{pending: one, files: map[string][]byte{}}
+	errs := make(chan error, 2)
+	go func() {
+		errs <- Build(context.Background(), first, New(dir, 0), []string{"6.12.1-amd64"}, func(string) {})
+	}()
+	<-first.building
+	waiting := make(chan struct{})
+	var said []string
+	go func() {
+		errs <- Build(context.Background(), second, New(dir, 0), []string{"6.12.1-amd64"}, func(s string) {
+			said = append(said, s)
+			if strings.Contains(s, "waiting for it") {
+				close(waiting)
+			}
+		})
+	}()
+	select {
+	case <-waiting:
+	case err := <-errs:
+		close(first.release)
+		t.Fatalf("the second build did not wait for the first (err %v):\n%s", err, strings.Join(second.log, "\n"))
+	}
+	close(first.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := "nvidia-current 550.163.01 6.12.1-amd64 x86_64"
+	if want := []string{"pending 6.12.1-amd64", "build " + k, "pack " + k, "clean", "finish"}; !slices.Equal(first.log, want) {
+		t.Errorf("first build ran\n%s\nwant\n%s", strings.Join(first.log, "\n"), strings.Join(want, "\n"))
+	}
+	if want := []string{"pending 6.12.1-amd64", "restore " + k, "finish"}; !slices.Equal(second.log, want) {
+		t.Errorf("second build ran\n%s\nwant\n%s\nsaid %q", strings.Join(second.log, "\n"), strings.Join(want, "\n"), said)
+	}
+	// The lock file is no entry, and prune leaves it.
+	if es, err := New(dir, 0).List(); err != nil || len(es) != 1 {
+		t.Errorf("List: %v, %v; want the one entry", es, err)
+	}
+}
+
+// TestLockCancelled: a build that waits for the lock stops with its
+// context.
+func TestLockCancelled(t *testing.T) {
+	c := New(t.TempDir(), 0)
+	unlock, err := c.Lock(context.Background(), "inputs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := New(c.Dir, 0).Lock(ctx, "inputs", cancel); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock while held, then cancelled: %v, want context.Canceled", err)
+	}
+}
