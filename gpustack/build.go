@@ -234,10 +234,9 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		p.Repo = &bake
 		p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
 		if e := o.RepoExposePath; e != "" {
-			unit := MountUnitName(e)
 			p.add("repo-expose", "Binding the repository read-only at "+e+" at boot, where the GPU Operator driver container sees it",
-				WriteFile{Path: "/etc/systemd/system/" + unit, Mode: modeFile, Owner: "root:root", Content: exposeMountUnit(o.RepoPath, e)},
-				EnableUnits{Units: []string{unit}})
+				WriteFile{Path: "/etc/systemd/system/" + ExposeUnit, Mode: modeFile, Owner: "root:root", Content: exposeService(o.RepoPath, e)},
+				EnableUnits{Units: []string{ExposeUnit}})
 		}
 	}
 	if o.Verify {

@@ -109,27 +109,42 @@ sign_file="/usr/lib/podvm-gpu/dkms-signing-disabled"
 //go:embed scripts/sign-modules.sh
 var signModulesScript string
 
-// exposeMountUnit binds the repository read-only at where. The driver
+// ExposeUnit binds the repository read-only where the GPU Operator's
+// driver container sees it.
+const ExposeUnit = "podvm-local-packages.service"
+
+// exposeService binds the repository read-only at where. The driver
 // DaemonSet of the GPU Operator mounts the host's /run/nvidia into its
 // containers (Bidirectional propagation), so a bind made below it before
 // kubelet starts is what the driver container sees, with no operator patch.
-func exposeMountUnit(repo, where string) string {
+//
+// A service, not a mount unit: systemd makes a mount unit of a fragment
+// stop with the device that /proc/self/mountinfo names as its source, which
+// for a bind is the root's. On a dm-verity root that the image's udev does
+// not name (/dev/mapper/root without device-mapper's rules) that device is
+// never plugged, and systemd unmounts the bind seconds after boot. The
+// mount this service makes is one systemd finds, not one it owns.
+func exposeService(repo, where string) string {
 	return `[Unit]
 Description=Node-local package repository, read-only, for the GPU Operator driver container
 Documentation=https://github.com/podvm-gpu/packer-plugin-podvm/blob/main/docs/gpu-operator.md
 # Harmless without the GPU Operator: a read-only view of ` + repo + `.
 RequiresMountsFor=` + repo + `
 ConditionPathIsDirectory=` + repo + `
-Before=kubelet.service containerd.service
+DefaultDependencies=no
+After=local-fs.target
+Before=kubelet.service containerd.service multi-user.target umount.target
+Conflicts=umount.target
 
-[Mount]
-What=` + repo + `
-Where=` + where + `
-Type=none
-Options=bind,ro
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=mkdir -p ` + where + `
+ExecStart=mount --bind -o ro ` + repo + ` ` + where + `
+ExecStop=umount ` + where + `
 
 [Install]
-WantedBy=local-fs.target
+WantedBy=multi-user.target
 `
 }
 

@@ -607,28 +607,3 @@ func kernelRange(ks []string) string {
 	}
 	return fmt.Sprintf("%d kernels (%s .. %s)", len(ks), ks[0], ks[len(ks)-1])
 }
-
-// MountUnitName is systemd's unit name for a mount at path (systemd-escape
-// --path --suffix=mount): slashes become dashes, and anything but
-// [A-Za-z0-9:_.] becomes \xNN, and so does a dot that starts the name.
-func MountUnitName(path string) string {
-	p := strings.Trim(path, "/")
-	if p == "" {
-		return "-.mount"
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		switch {
-		case c == '/':
-			b.WriteByte('-')
-		case c == '.' && i == 0:
-			fmt.Fprintf(&b, "\\x%02x", c)
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == ':', c == '_', c == '.':
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "\\x%02x", c)
-		}
-	}
-	return b.String() + ".mount"
-}

@@ -144,20 +144,6 @@ func golden(t *testing.T, path, got string) {
 	}
 }
 
-func TestMountUnitName(t *testing.T) {
-	for in, want := range map[string]string{
-		"/run/nvidia/local-packages": `run-nvidia-local\x2dpackages.mount`,
-		"/opt/.hidden/a b":           `opt-.hidden-a\x20b.mount`,
-		"/.dot":                      `\x2edot.mount`,
-		"/":                          "-.mount",
-		"/srv/repo_1:x.y":            "srv-repo_1:x.y.mount",
-	} {
-		if got := MountUnitName(in); got != want {
-			t.Errorf("MountUnitName(%q) = %q, want %q (systemd-escape --path --suffix=mount)", in, got, want)
-		}
-	}
-}
-
 // TestDriverContainerPackages: the Ubuntu driver container (gpu-driver-
 // container, ubuntu22.04 and ubuntu24.04) installs linux-headers-$KVER and
 // runs apt-get download of linux-image-$KVER and linux-modules-$KVER under

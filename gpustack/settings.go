@@ -413,7 +413,7 @@ var Table = []Setting{
 		Help: "Also enable the repository in the image's own apt sources.",
 		set:  func(o *Options, v value) { o.RepoSourcesFile = v.b }},
 	{Key: "local_repo_expose_path", Env: "LOCAL_REPO_EXPOSE_PATH", Kind: String, Default: "/run/nvidia/local-packages", Section: "repo",
-		Help:  "Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
+		Help:  "Where a service (podvm-local-packages.service) binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path.",
 		check: &checkExposePath,
 		set: func(o *Options, v value) {
 			if v.s != "none" {

@@ -70,7 +70,7 @@ type Settings struct {
 	LocalRepoKeyring *string `mapstructure:"local_repo_keyring" required:"false"`
 	// Also enable the repository in the image's own apt sources. Environment: `LOCAL_REPO_SOURCES_FILE`; default: no.
 	LocalRepoSourcesFile *string `mapstructure:"local_repo_sources_file" required:"false"`
-	// Where a mount unit binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path. Environment: `LOCAL_REPO_EXPOSE_PATH`; default: /run/nvidia/local-packages.
+	// Where a service (podvm-local-packages.service) binds the repository read-only at boot, before kubelet and containerd: the GPU Operator driver container sees the host's /run/nvidia, so its repoConfig ConfigMap points here and no operator patch is needed. none: no mount, and the ConfigMap points at local_repo_path. Environment: `LOCAL_REPO_EXPOSE_PATH`; default: /run/nvidia/local-packages.
 	LocalRepoExposePath *string `mapstructure:"local_repo_expose_path" required:"false"`
 	// Directory on the build host for the sources file, GPU Operator ConfigMap and Helm values, the NVIDIADriver (only with gpu_operator_driver_repository and gpu_operator_driver_version), keyring.asc, manifest.json, the image's SBOM (sbom.cdx.json, CycloneDX), their signatures by the repository key (manifest.json.asc, sbom.cdx.json.asc) and, when the NVIDIA modules are signed, their certificate (module-signing.der, module-signing.pem). Environment: `PODVM_OUTPUT_DIR`; default: podvm-artifacts.
 	OutputDir *string `mapstructure:"output_dir" required:"false"`

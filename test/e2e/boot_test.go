@@ -299,6 +299,25 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 }
 
+// exposeWhere is where the repository's bind unit at path mounts it: the
+// last word of its mount command.
+func exposeWhere(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the image has no unit binding the repository, which the table's default asks for: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if cmd, ok := strings.CutPrefix(line, "ExecStart=mount --bind -o ro "); ok {
+			if f := strings.Fields(cmd); len(f) == 2 {
+				return f[1]
+			}
+		}
+	}
+	t.Fatalf("%s: no ExecStart=mount --bind -o ro REPO WHERE:\n%s", path, b)
+	return ""
+}
+
 // imageSpec reads what to check from the image tree: the NVIDIA module
 // built for its kernel, the units the plan gated on a GPU, and the sources
 // entry of the GPU Operator ConfigMap among the host artefacts.
@@ -322,16 +341,7 @@ func imageSpec(t *testing.T, rootfs, arts string) guestSpec {
 		spec.GPUUnits = append(spec.GPUUnits, strings.TrimSuffix(filepath.Base(filepath.Dir(g)), ".d"))
 	}
 	spec.Sources = configMapSources(t, arts)
-	if b, err := os.ReadFile(filepath.Join(rootfs, "etc/systemd/system", gpustack.MountUnitName("/run/nvidia/local-packages"))); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if w, ok := strings.CutPrefix(line, "Where="); ok {
-				spec.Expose = w
-			}
-		}
-	}
-	if spec.Expose == "" {
-		t.Fatal("the image has no mount unit for /run/nvidia/local-packages, which the table's default asks for")
-	}
+	spec.Expose = exposeWhere(t, filepath.Join(rootfs, "etc/systemd/system", gpustack.ExposeUnit))
 	if !strings.Contains(spec.Sources, "URIs: file://"+spec.Expose+"\n") {
 		t.Errorf("the ConfigMap's sources do not point at %s:\n%s", spec.Expose, spec.Sources)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
 
 // TestCAAShapedE2E adds the GPU layer with `mkosi --into` to a tree shaped
@@ -111,7 +112,8 @@ func layerSpec(t *testing.T, tree, arts string) guestSpec {
 		t.Fatalf("manifest.json names no NVIDIA module:\n%s", b)
 	}
 	extra := filepath.Join(tree, "mkosi.images/system/mkosi.conf.d/50-podvm-nvidia-gpu/mkosi.extra")
-	spec := guestSpec{Module: m.GPU.Modules[0], InitrdOnHost: true, Verity: true, Expose: "/run/nvidia/local-packages"}
+	spec := guestSpec{Module: m.GPU.Modules[0], InitrdOnHost: true, Verity: true,
+		Expose: exposeWhere(t, filepath.Join(extra, "etc/systemd/system", gpustack.ExposeUnit))}
 	gates, err := filepath.Glob(filepath.Join(extra, "etc/systemd/system/*.d/podvm-gpu-gate.conf"))
 	must(t, err)
 	for _, g := range gates {

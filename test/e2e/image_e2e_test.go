@@ -499,7 +499,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		"etc/systemd/system/nvidia-cdi-generate.service",
 		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
 		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
-		"etc/systemd/system/" + gpustack.MountUnitName("/run/nvidia/local-packages"),
+		"etc/systemd/system/" + gpustack.ExposeUnit,
 	}
 	for _, root := range []string{packerRoot, mkosiRoot} {
 		for _, glob := range []string{"etc/apt/sources.list.d/podvm-nvidia-*", "etc/apt/preferences.d/podvm-*", "usr/share/keyrings/podvm-nvidia-*"} {

@@ -99,7 +99,7 @@ if [ -n "${EXPOSE:-}" ]; then
 		ok expose "$EXPOSE: $unit active, mounted $opts"
 	else
 		fail expose "$EXPOSE: unit $(systemctl is-active "$unit"), options '$opts'"
-		systemctl status "$unit" --no-pager 2>&1 | show
+		systemctl status "$unit" podvm-local-packages.service --no-pager 2>&1 | show
 		ls -la "$(systemctl show -P What "$unit")" 2>&1 | head -5 | show
 	fi
 fi
@@ -210,7 +210,7 @@ rm -rf "$c"
 if [ "$VERITY" = 1 ]; then
 	src=$(findmnt -n -o SOURCE /)
 	# /dev/mapper/root may be a node, not a link: the device by number.
-	dev=/sys/dev/block/$(findmnt -n -o MAJ:MIN /)
+	dev=/sys/dev/block/$(mountpoint -d /)
 	uuid=$(cat "$dev/dm/uuid" 2>/dev/null)
 	opts=$(findmnt -n -o OPTIONS /)
 	case "$uuid" in
