@@ -70,8 +70,8 @@ func TestFromStatusRefuses(t *testing.T) {
 	}
 }
 
-// TestFromStatusHost describes this machine: every package dpkg-query
-// reports installed is a component with its version, architecture and
+// TestFromStatusHost describes this machine: every package dpkg reports
+// installed is a component with its version, architecture and
 // source, and the document is valid CycloneDX 1.6.
 func TestFromStatusHost(t *testing.T) {
 	status, err := os.ReadFile(dpkgstatus.Path)
@@ -98,15 +98,14 @@ func TestFromStatusHost(t *testing.T) {
 			t.Errorf("%s: purl %s, source purl %s", c.Name, c.PackageURL, src.PackageURL)
 		}
 	}
-	out, err := exec.Command("dpkg-query", "-W", "-f", "${db:Status-Status} ${Package} ${Version} ${source:Package} ${source:Version}\n").Output()
+	// dpkgstatus's own test holds its reading to dpkg-query's.
+	pkgs, err := dpkgstatus.Parse(status)
 	if err != nil {
-		t.Fatalf("dpkg-query: %v", err)
+		t.Fatal(err)
 	}
 	var want []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if rest, ok := strings.CutPrefix(l, "installed "); ok {
-			want = append(want, rest)
-		}
+	for _, p := range dpkgstatus.Installed(pkgs) {
+		want = append(want, p.Name+" "+p.Version+" "+p.Source+" "+p.SourceVersion)
 	}
 	slices.Sort(got)
 	slices.Sort(want)

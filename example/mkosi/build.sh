@@ -58,8 +58,36 @@ if [ "${repart:-0}" -lt 254 ]; then
 	mkdir -p "$sandbox/etc/apt/sources.list.d"
 	printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
 		"$mirror" >"$sandbox/etc/apt/sources.list.d/mkosi.sources"
-	echo "mkosi: systemd-repart ${repart:-not found} on this host is older than 254; using a Debian trixie tools tree from $mirror" >&2
-	tools="--tools-tree=default --tools-tree-distribution=debian --tools-tree-release=trixie --tools-tree-sandbox-tree=$sandbox"
+	# The tools tree is built once a week per mkosi version and mirror, and
+	# shared by every build on this machine: builds started together (make
+	# check's lanes) wait for the one that builds it. It holds only
+	# packages from the archive, checked by apt like the image's own.
+	# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"
+	mkosi_version=$(env $mkosi --version 2>/dev/null | awk '{ print $2 }')
+	key=$(printf '%s\n%s\n' "$mkosi_version" "$mirror" | sha256sum | cut -c1-16)
+	week=$(date -u +%G-%V)
+	tools_dir=$cache/mkosi-tools/$key-$week
+	mkdir -p "$cache/mkosi-tools" "$cache/mkosi-pkgcache"
+	exec 9>"$cache/mkosi-tools/.lock"
+	flock 9
+	if [ ! -e "$tools_dir/.complete" ]; then
+		echo "mkosi: systemd-repart ${repart:-not found} on this host is older than 254; building a Debian trixie tools tree from $mirror into $tools_dir (once a week)" >&2
+		start=$(date +%s)
+		rm -rf "$tools_dir"
+		mkdir -p "$tools_dir"
+		# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"
+		env $mkosi --directory= --include=mkosi-tools --distribution=debian --release=trixie \
+			--sandbox-tree="$sandbox" --output-directory="$tools_dir" --output=tools \
+			--package-cache-dir="$cache/mkosi-pkgcache" -f build >&2
+		touch "$tools_dir/.complete"
+		echo "mkosi: tools tree built in $(($(date +%s) - start)) s" >&2
+		# Trees of other weeks: no build still running uses one.
+		find "$cache/mkosi-tools" -mindepth 1 -maxdepth 1 -type d ! -name "$key-$week" -mtime +8 -exec rm -rf {} +
+	else
+		echo "mkosi: systemd-repart ${repart:-not found} on this host is older than 254; using the tools tree $tools_dir" >&2
+	fi
+	exec 9>&-
+	tools="--tools-tree=$tools_dir/tools"
 fi
 
 mkdir -p "$cache/mkosi-pkgcache"
