@@ -91,11 +91,13 @@ type Index struct {
 	Discard func()
 }
 
-// Close drops the signing key; safe on an Index of any origin.
+// Close drops the signing key; safe on an Index of any origin. Sign is
+// nil after it.
 func (idx *Index) Close() {
 	if idx.Discard != nil {
 		idx.Discard()
 	}
+	idx.Sign, idx.Discard = nil, nil
 }
 
 // IndexInput is where the .debs are and where the index goes.

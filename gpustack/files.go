@@ -141,7 +141,8 @@ Type=oneshot
 RemainAfterExit=yes
 ExecStart=mkdir -p ` + where + `
 ExecStart=mount --bind -o ro ` + repo + ` ` + where + `
-ExecStop=umount ` + where + `
+# systemd's own unit for the mount may unmount it first at shutdown.
+ExecStop=-umount ` + where + `
 
 [Install]
 WantedBy=multi-user.target

@@ -204,7 +204,7 @@ var (
 	// the driver is installed.
 	checkOutputDir = inputChecker(inputcheck.HostDir,
 		"a directory on the machine running the build (created if missing; not an existing file, a dangling or looping link, or a path in /proc, /sys or /dev)")
-	// A mount unit binds the repository there; below /run (a tmpfs, nothing
+	// A service binds the repository there; below /run (a tmpfs, nothing
 	// to shadow) but never over a directory a service of the image uses.
 	checkExposePath = inputChecker(
 		func(s string) error {

@@ -166,23 +166,25 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 		}
 		// Another build of the same modules (a second image built at the
 		// same time) may be compiling them now: wait for it and take its
-		// entry rather than compile them twice.
+		// entry rather than compile them twice. (One that stored its entry
+		// between the read above and the lock is missed: the modules are
+		// then compiled twice, no harm done.)
 		waited := false
 		unlock, err := c.Lock(ctx, p.Inputs, func() {
 			waited = true
 			say(fmt.Sprintf("module cache: another build is building %s; waiting for it", p))
 		})
+		if err == nil {
+			defer unlock()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
 			say(fmt.Sprintf("module cache: %v; building without it", err))
-		default:
-			defer unlock()
-			if waited {
-				if restored, err := restore(ctx, t, c, p, args, say); err != nil || restored {
-					return err
-				}
+		case waited:
+			if restored, err := restore(ctx, t, c, p, args, say); err != nil || restored {
+				return err
 			}
 		}
 	}

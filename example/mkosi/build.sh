@@ -69,7 +69,10 @@ if [ "${repart:-0}" -lt 254 ]; then
 	tools_dir=$cache/mkosi-tools/$key-$week
 	mkdir -p "$cache/mkosi-tools" "$cache/mkosi-pkgcache"
 	exec 9>"$cache/mkosi-tools/.lock"
-	flock 9
+	if ! flock -n 9; then
+		echo "mkosi: waiting for another build to finish the tools tree ($cache/mkosi-tools/.lock)" >&2
+		flock 9
+	fi
 	if [ ! -e "$tools_dir/.complete" ]; then
 		echo "mkosi: systemd-repart ${repart:-not found} on this host is older than 254; building a Debian trixie tools tree from $mirror into $tools_dir (once a week)" >&2
 		start=$(date +%s)
@@ -78,7 +81,7 @@ if [ "${repart:-0}" -lt 254 ]; then
 		# shellcheck disable=SC2086 # $mkosi is "PYTHONPATH=... python3 -m mkosi"
 		env $mkosi --directory= --include=mkosi-tools --distribution=debian --release=trixie \
 			--sandbox-tree="$sandbox" --output-directory="$tools_dir" --output=tools \
-			--package-cache-dir="$cache/mkosi-pkgcache" -f build >&2
+			--package-cache-dir="$cache/mkosi-pkgcache" -f build >&2 9>&-
 		touch "$tools_dir/.complete"
 		echo "mkosi: tools tree built in $(($(date +%s) - start)) s" >&2
 		# Trees of other weeks: no build still running uses one.

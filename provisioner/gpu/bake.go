@@ -429,6 +429,17 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if err != nil {
 		return false, err
 	}
+	// The record is new; only a key file can sign it again. It is loaded
+	// before anything in the image changes.
+	var sign func([]byte) ([]byte, error)
+	if b.SigningKey != "" {
+		signer, err := bake.Signer(b.SigningKey, b.Passphrase, date)
+		if err != nil {
+			return false, fmt.Errorf("local_repo_signing_key: %w", err)
+		}
+		defer signer.Discard()
+		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
+	}
 	if _, err := e.r.run(ctx, "rm -rf "+shellquote.Word(newDir)); err != nil {
 		return false, err
 	}
@@ -446,16 +457,7 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 		return false, err
 	}
 	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))
-	// The record is new; only a key file can sign it again.
-	var sign func([]byte) ([]byte, error)
-	if b.SigningKey != "" {
-		signer, err := bake.Signer(b.SigningKey, b.Passphrase, date)
-		if err != nil {
-			return false, fmt.Errorf("local_repo_signing_key: %w", err)
-		}
-		defer signer.Discard()
-		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
-	} else {
+	if sign == nil {
 		e.ui.Say("the ephemeral key that signed it is gone: " + bake.ManifestFile + " and " + sbom.File + " are written unsigned this time")
 	}
 	if err := e.publish(ctx, b, keyring, []byte(armored), manifest, bom, sign); err != nil {
