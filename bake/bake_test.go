@@ -166,6 +166,21 @@ func TestInTree(t *testing.T) {
 			t.Errorf("sqv %s: %v\n%s", f+SignatureSuffix, err, out)
 		}
 	}
+	// And as docs/verification.md shows it with GnuPG.
+	gpgHome := t.TempDir()
+	dearmored := filepath.Join(work, "keyring.gpg")
+	cmd := exec.Command("sh", "-c", `gpg --dearmor <"$1" >"$2"`, "sh", keyring, dearmored)
+	cmd.Env = append(os.Environ(), "GNUPGHOME="+gpgHome)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gpg --dearmor: %v\n%s", err, out)
+	}
+	for _, f := range []string{ManifestFile, sbom.File} {
+		cmd := exec.Command("gpgv", "--keyring", dearmored, filepath.Join(arts, f+SignatureSuffix), filepath.Join(arts, f))
+		cmd.Env = append(os.Environ(), "GNUPGHOME="+gpgHome)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("gpgv %s: %v\n%s", f+SignatureSuffix, err, out)
+		}
+	}
 	inArts, err := os.ReadFile(filepath.Join(arts, ManifestFile))
 	if err != nil {
 		t.Fatal(err)

@@ -31,10 +31,7 @@ import (
 func TestCAAShapedE2E(t *testing.T) {
 	env := setupBuilderEnv(t)
 	root := builderRepoRoot(t)
-	cache := os.Getenv("PODVM_CACHE")
-	if cache == "" {
-		cache = filepath.Join(userCacheDir(t), "podvm")
-	}
+	cache := podvmCache(t)
 	mirror := startToolkitMirror(t, root, cache)
 	settings := e2eSettings(mirror)
 

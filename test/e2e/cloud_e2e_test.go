@@ -181,10 +181,7 @@ func TestCloudPathE2E(t *testing.T) {
 	variant := "node profile (ENABLE_NVIDIA_GPU=no LOCAL_REPO=yes)"
 	settings := []string{"ENABLE_NVIDIA_GPU=no", "LOCAL_REPO=yes"}
 	if gpu {
-		cache := os.Getenv("PODVM_CACHE")
-		if cache == "" {
-			cache = filepath.Join(userCacheDir(t), "podvm")
-		}
+		cache := podvmCache(t)
 		m := startToolkitMirror(t, root, cache)
 		// QEMU's user network takes the guest's 10.0.2.2 to the host's
 		// loopback, where the stand-in toolkit mirror listens.

@@ -60,10 +60,7 @@ func e2eSettings(m toolkitMirror) []string {
 func TestImageE2E(t *testing.T) {
 	env := setupBuilderEnv(t)
 	root := builderRepoRoot(t)
-	cache := os.Getenv("PODVM_CACHE")
-	if cache == "" {
-		cache = filepath.Join(userCacheDir(t), "podvm")
-	}
+	cache := podvmCache(t)
 	mirror := startToolkitMirror(t, root, cache)
 	// A module cache of this run's own: the Packer build misses and stores
 	// the DKMS build, the mkosi builds of the same kernel and driver
@@ -111,6 +108,16 @@ func userCacheDir(t *testing.T) string {
 	d, err := os.UserCacheDir()
 	must(t, err)
 	return d
+}
+
+// podvmCache is the build cache the builds under test use: $PODVM_CACHE,
+// or the Makefile's default below the user's cache directory.
+func podvmCache(t *testing.T) string {
+	t.Helper()
+	if c := os.Getenv("PODVM_CACHE"); c != "" {
+		return c
+	}
+	return filepath.Join(userCacheDir(t), "podvm")
 }
 
 // buildWithPacker builds example/local with the pod VM binaries tree
