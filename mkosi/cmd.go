@@ -40,6 +40,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "modules" {
 		return runModules(ctx, args[1:], stdout, stderr)
 	}
+	// record-disk is the post-output script's step, equally hidden.
+	if len(args) > 0 && args[0] == "record-disk" {
+		return runRecordDisk(args[1:], stdout, stderr)
+	}
 	// check-keys is the finalize script's secret-key check, equally hidden.
 	if len(args) > 0 && args[0] == "check-keys" {
 		return runCheckKeys(args[1:], stdout, stderr)
@@ -339,6 +343,38 @@ func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	fmt.Fprintf(stdout, "  repo: %d packages, key %s\n", len(res.Packages), res.Fingerprint)
+	return 0
+}
+
+func runRecordDisk(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("mkosi record-disk", pflag.ContinueOnError)
+	var r RecordDisk
+	fs.StringVar(&r.Config, "config", "", "mkosi's configuration as JSON ($MKOSI_CONFIG)")
+	fs.StringVar(&r.OutputDir, "outputdir", "", "where mkosi wrote the disk ($OUTPUTDIR)")
+	fs.StringVar(&r.Artifacts, "artifacts", "", "the artefacts directory that holds the manifest")
+	fs.StringVar(&r.Spec, "spec", "", "the tree's podvm-bake.json")
+	fs.StringVar(&r.SrcDir, "srcdir", ".", "the tree as mkosi mounts it ($SRCDIR)")
+	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
+		return code
+	}
+	if r.Config == "" || r.OutputDir == "" || r.Artifacts == "" || r.Spec == "" {
+		fmt.Fprintln(stderr, "mkosi record-disk: --config, --outputdir, --artifacts and --spec are required")
+		return 2
+	}
+	disk, paths, err := r.Run()
+	switch {
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		return 1
+	case disk == "":
+		fmt.Fprintln(stdout, "  record: the output is no disk; nothing to record")
+		return 0
+	}
+	signed := "unsigned: the repository's key was ephemeral and is gone (set local_repo_signing_key to sign it)"
+	if len(paths) > 1 {
+		signed = "signed with the repository's key"
+	}
+	fmt.Fprintf(stdout, "  record: %s in %s, %s\n", filepath.Base(disk), paths[0], signed)
 	return 0
 }
 
