@@ -1,5 +1,6 @@
-// Command packer-plugin-podvm is a Packer plugin (provisioner podvm-gpu,
-// builder podvm-rootfs) and, on the same binary, a CLI: options, repo, mkosi.
+// Command packer-plugin-podvm is a Packer plugin (builder podvm-rootfs,
+// provisioner podvm-gpu, post-processor podvm-record) and, on the same
+// binary, a CLI: options, repo, mkosi.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/plugin"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/builder/rootfs"
+	"github.com/podvm-gpu/packer-plugin-podvm/postprocessor/record"
 	"github.com/podvm-gpu/packer-plugin-podvm/provisioner/gpu"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
@@ -51,6 +53,7 @@ func pluginSet() *plugin.Set {
 	pps := plugin.NewSet()
 	pps.RegisterBuilder("rootfs", new(rootfs.Builder))
 	pps.RegisterProvisioner("gpu", new(gpu.Provisioner))
+	pps.RegisterPostProcessor("record", new(record.PostProcessor))
 	pps.SetVersion(version.PluginVersion)
 	return pps
 }

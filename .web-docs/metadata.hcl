@@ -20,4 +20,9 @@ integration {
     name = "podvm-gpu"
     slug = "gpu"
   }
+  component {
+    type = "post-processor"
+    name = "podvm-record"
+    slug = "record"
+  }
 }

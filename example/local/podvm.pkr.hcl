@@ -149,4 +149,9 @@ build {
     output_dir     = var.artifacts_directory
     podvm_binaries = var.podvm_binaries == "" ? "" : abspath(var.podvm_binaries)
   }
+
+  # The disk's SHA-256 beside the manifest (disk.json), once the disk exists.
+  post-processor "podvm-record" {
+    artifacts_directory = var.artifacts_directory
+  }
 }
