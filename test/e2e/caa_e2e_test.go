@@ -8,15 +8,34 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	cdx "github.com/CycloneDX/cyclonedx-go"
+
 	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
 
-// TestCAAShapedE2E adds the GPU layer with `mkosi --into` to a tree shaped
+// TestCAAShapedE2E runs the CAA-shaped build and boot of TestImageE2E on
+// its own (make check-caa), with the user's module cache, for work on
+// the --into path; make check runs it inside TestImageE2E, where it also
+// gets compared with the standalone mkosi image.
+//
+//	go test -tags e2e -run TestCAAShapedE2E -v -timeout 60m ./test/e2e/
+func TestCAAShapedE2E(t *testing.T) {
+	env := setupBuilderEnv(t)
+	root := builderRepoRoot(t)
+	mirror := startToolkitMirror(t, root, podvmCache(t))
+	testCAAShaped(t, env, root, e2eSettings(mirror), "")
+}
+
+// testCAAShaped adds the GPU layer with `mkosi --into` to a tree shaped
 // like cloud-api-adaptor's podvm tree (mkosi/testdata/caa-shaped: an
 // initrd image, a system image with a UKI, a squashfs root under
 // dm-verity, a volatile /var, no package metadata, and stand-ins for the
@@ -25,16 +44,11 @@ import (
 // under UEFI with the checks of the other disks and these: the root is
 // dm-verity protected and read-only, the stand-in agent stack runs
 // (kata-agent started by its path unit), and the CDI unit finished before
-// kata-agent started. Then --remove leaves the tree as it was.
-//
-//	go test -tags e2e -run TestCAAShapedE2E -v -timeout 60m ./test/e2e/
-func TestCAAShapedE2E(t *testing.T) {
-	env := setupBuilderEnv(t)
-	root := builderRepoRoot(t)
-	cache := podvmCache(t)
-	mirror := startToolkitMirror(t, root, cache)
-	settings := e2eSettings(mirror)
-
+// kata-agent started. With standalone set (the root of the standalone
+// mkosi image of the same settings), the disk's root is compared with it
+// on the GPU-owned state. Then --remove leaves the tree as it was.
+func testCAAShaped(t *testing.T, env *builderEnv, root string, settings []string, standalone string) {
+	t.Helper()
 	// The agent stack: the stand-ins example/local's e2e builds with, in
 	// place of the fixture's minimal ones, so the boot checks the whole
 	// agent chain here too.
@@ -55,7 +69,7 @@ func TestCAAShapedE2E(t *testing.T) {
 
 	cmd := exec.Command(filepath.Join(root, "example/mkosi/build.sh"))
 	cmd.Dir = root
-	cmd.Env = env.environ(append(settings, "PODVM_MKOSI_INTO="+tree))
+	cmd.Env = env.environ(append(slices.Clone(settings), "PODVM_MKOSI_INTO="+tree))
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	start := time.Now()
@@ -65,7 +79,7 @@ func TestCAAShapedE2E(t *testing.T) {
 		t.Fatalf("example/mkosi/build.sh: %v\n%s", err, tail(log.String(), 200))
 	}
 	for _, line := range strings.Split(log.String(), "\n") {
-		if strings.Contains(line, "size is") || strings.Contains(line, "GPU layer") {
+		if strings.Contains(line, "size is") || strings.Contains(line, "GPU layer") || strings.Contains(line, "module cache") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
@@ -74,16 +88,22 @@ func TestCAAShapedE2E(t *testing.T) {
 
 	// The tree drops dpkg's database (CleanPackageMetadata=), so the SBOM
 	// is checked for its signature and content, not against the disk.
-	t.Run("signed record", func(t *testing.T) { checkRecord(t, arts, "") })
-	t.Run("boot", func(t *testing.T) {
+	t.Run("caa signed record", func(t *testing.T) {
+		checkRecord(t, arts, "")
+		checkDiskRecord(t, arts, disk, uki)
+	})
+	t.Run("caa boot", func(t *testing.T) {
 		spec := layerSpec(t, tree, arts)
 		spec.AgentUnits = agentUnits(t, agents)
 		logDisk(t, disk)
 		assertNoNouveauInUKI(t, uki)
 		assertBoot(t, bootCheck(t, disk, spec), spec)
 	})
+	if standalone != "" {
+		t.Run("caa equivalence", func(t *testing.T) { compareLayer(t, standalone, mountRoot(t, disk), arts) })
+	}
 
-	t.Run("remove", func(t *testing.T) {
+	t.Run("caa remove", func(t *testing.T) {
 		must(t, os.RemoveAll(out))
 		if b, err := exec.Command(filepath.Join(env.dir, "packer-plugin-podvm"), "mkosi", "--into", tree, "--remove").CombinedOutput(); err != nil {
 			t.Fatalf("--remove: %v\n%s", err, b)
@@ -121,4 +141,97 @@ func layerSpec(t *testing.T, tree, arts string) guestSpec {
 	}
 	spec.Sources = configMapSources(t, arts)
 	return spec
+}
+
+// rootPartitionType is the Discoverable Partitions Specification's type
+// of an x86-64 root partition.
+const rootPartitionType = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
+
+// mountRoot mounts the root partition of disk read-only, through a
+// read-only loop device, and returns where; both go at the test's end.
+func mountRoot(t *testing.T, disk string) string {
+	t.Helper()
+	b, err := exec.Command("sfdisk", "--json", disk).Output()
+	if err != nil {
+		t.Fatalf("sfdisk --json %s: %v", disk, err)
+	}
+	var pt struct {
+		PartitionTable struct {
+			SectorSize int64 `json:"sectorsize"`
+			Partitions []struct {
+				Start, Size int64
+				Type        string
+			}
+		}
+	}
+	must(t, json.Unmarshal(b, &pt))
+	sector := pt.PartitionTable.SectorSize
+	if sector == 0 {
+		sector = 512
+	}
+	for _, p := range pt.PartitionTable.Partitions {
+		if !strings.EqualFold(p.Type, rootPartitionType) {
+			continue
+		}
+		dev := strings.TrimSpace(run(t, "/", "losetup", "--find", "--show", "--read-only",
+			"--offset", strconv.FormatInt(p.Start*sector, 10), "--sizelimit", strconv.FormatInt(p.Size*sector, 10), disk))
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		dir := t.TempDir()
+		run(t, "/", "mount", "-o", "ro", dev, dir)
+		t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+		return dir
+	}
+	t.Fatalf("%s has no root partition (type %s):\n%s", disk, rootPartitionType, b)
+	return ""
+}
+
+// compareLayer compares the GPU-owned state of the layer in a tree of
+// the user's (caaRoot: the mounted root of its disk, with no dpkg
+// database; caaArts: its artefacts) with the standalone mkosi image of
+// the same settings: the files the plan writes byte for byte, the
+// enabled NVIDIA units, the NVIDIA packages (the SBOM stands in for the
+// dropped database) and the manifest beyond what each build has of its
+// own.
+func compareLayer(t *testing.T, standalone, caaRoot, caaArts string) {
+	t.Helper()
+	files := gpuOwnedFiles(t, standalone, caaRoot)
+	t.Logf("comparing %d files byte for byte", len(files))
+	for _, f := range files {
+		a, errA := os.ReadFile(filepath.Join(standalone, f))
+		b, errB := os.ReadFile(filepath.Join(caaRoot, f))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs (standalone %v, CAA-shaped %v)", f, errA, errB)
+		}
+	}
+	if a, b := nvidiaUnits(t, standalone), nvidiaUnits(t, caaRoot); !slices.Equal(a, b) || len(a) == 0 {
+		t.Errorf("enabled NVIDIA units differ or none: standalone %v, CAA-shaped %v", a, b)
+	}
+
+	want := nvidiaPackages(dpkgInstalled(t, standalone))
+	bb, err := os.ReadFile(filepath.Join(caaArts, sbom.File))
+	must(t, err)
+	var bom cdx.BOM
+	must(t, cdx.NewBOMDecoder(bytes.NewReader(bb), cdx.BOMFileFormatJSON).Decode(&bom))
+	listed := map[string]string{}
+	for _, c := range *bom.Components {
+		listed[c.Name] = c.Version
+	}
+	if got := nvidiaPackages(listed); !equalMaps(want, got) || len(want) == 0 {
+		t.Errorf("NVIDIA packages differ or none:\nstandalone %v\nCAA-shaped %v", want, got)
+	} else {
+		t.Logf("NVIDIA packages: %d, same names and versions", len(want))
+	}
+
+	kver := dirNames(t, filepath.Join(standalone, "usr/lib/modules"))[0]
+	if k := dirNames(t, filepath.Join(caaRoot, "usr/lib/modules"))[0]; k != kver {
+		t.Fatalf("kernels differ: standalone %s, CAA-shaped %s", kver, k)
+	}
+	a, b := normalManifest(t, standalone, kver, false), normalManifest(t, caaRoot, kver, false)
+	if !reflect.DeepEqual(a, b) {
+		ja, _ := json.MarshalIndent(a, "", " ")
+		jb, _ := json.MarshalIndent(b, "", " ")
+		t.Errorf("manifests differ beyond generator, created and keys:\nstandalone %s\nCAA-shaped %s", ja, jb)
+	} else {
+		t.Logf("manifests equal beyond generator, created and keys (%d GPU packages, %d in the repository)", len(a.GPU.Packages), len(a.Repo.Packages))
+	}
 }

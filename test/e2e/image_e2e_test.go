@@ -73,6 +73,7 @@ func TestImageE2E(t *testing.T) {
 	rootfs, arts := buildWithPacker(t, env, root, agents, settings)
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
 	t.Run("packer agent stack", func(t *testing.T) { checkAgentStack(t, rootfs, agents) })
+	t.Run("packer disk record", func(t *testing.T) { checkDiskRecord(t, arts, rootfs+".qcow2", "") })
 	t.Run("packer boot", func(t *testing.T) {
 		disk := rootfs + ".qcow2"
 		logDisk(t, disk)
@@ -88,6 +89,7 @@ func TestImageE2E(t *testing.T) {
 	// the Packer disk gets; what to look for comes from the tree build of
 	// the same configuration.
 	disk, uki, diskArts := buildMkosiDisk(t, env, root, settings)
+	t.Run("mkosi disk record", func(t *testing.T) { checkDiskRecord(t, diskArts, disk, "") })
 	t.Run("mkosi boot", func(t *testing.T) {
 		logDisk(t, disk)
 		// The disk is its own build, with its own repository key: the
@@ -99,6 +101,11 @@ func TestImageE2E(t *testing.T) {
 	})
 
 	t.Run("equivalence", func(t *testing.T) { compareImages(t, rootfs, image) })
+
+	// The layer added with --into to a tree shaped like cloud-api-adaptor's,
+	// built with this run's module cache, booted, and compared with the
+	// standalone mkosi image.
+	testCAAShaped(t, env, root, settings, image)
 }
 
 // userCacheDir is the user's cache directory ($XDG_CACHE_HOME or
@@ -476,50 +483,12 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	pk, mk := dirNames(t, filepath.Join(packerRoot, "usr/lib/modules"))[0], dirNames(t, filepath.Join(mkosiRoot, "usr/lib/modules"))[0]
 	t.Logf("kernels: packer %s, mkosi %s", pk, mk)
 
-	nv := func(root string) map[string]string {
-		out := map[string]string{}
-		for name, ver := range dpkgInstalled(t, root) {
-			if strings.Contains(name, "nvidia") || strings.HasPrefix(name, "libcuda") {
-				out[name] = ver
-			}
-		}
-		return out
-	}
-	if a, b := nv(packerRoot), nv(mkosiRoot); !equalMaps(a, b) {
+	if a, b := nvidiaPackages(dpkgInstalled(t, packerRoot)), nvidiaPackages(dpkgInstalled(t, mkosiRoot)); !equalMaps(a, b) {
 		t.Errorf("NVIDIA packages differ:\npacker %v\nmkosi  %v", a, b)
 	} else {
 		t.Logf("NVIDIA packages: %d, same names and versions", len(a))
 	}
-	// The files the plan writes, the apt sources, pins and keyrings it
-	// adds (the image's own archive entries and the local repository's
-	// keyring differ by design: docs/mkosi.md), and the module signing
-	// certificate's place.
-	same := []string{
-		gpustack.HookPath,
-		"etc/nvidia-container-runtime/config.toml",
-		"etc/modprobe.d/podvm-blacklist-nouveau.conf",
-		"etc/initramfs-tools/hooks/podvm-no-nouveau",
-		"etc/nvidia/current/nvidia-load.conf",
-		"etc/dkms/framework.conf.d/podvm-gpu.conf",
-		"usr/libexec/podvm-gpu/has-nvidia-gpu",
-		"usr/libexec/podvm-gpu/nvidia-cdi-generate",
-		"etc/systemd/system/nvidia-cdi-generate.service",
-		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
-		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
-		"etc/systemd/system/" + gpustack.ExposeUnit,
-	}
-	for _, root := range []string{packerRoot, mkosiRoot} {
-		for _, glob := range []string{"etc/apt/sources.list.d/podvm-nvidia-*", "etc/apt/preferences.d/podvm-*", "usr/share/keyrings/podvm-nvidia-*"} {
-			ms, err := filepath.Glob(filepath.Join(root, glob))
-			must(t, err)
-			for _, m := range ms {
-				rel, _ := filepath.Rel(root, m)
-				if !slices.Contains(same, rel) {
-					same = append(same, rel)
-				}
-			}
-		}
-	}
+	same := gpuOwnedFiles(t, packerRoot, mkosiRoot)
 	t.Logf("comparing %d files byte for byte", len(same))
 	for _, f := range same {
 		a, errA := os.ReadFile(filepath.Join(packerRoot, f))
@@ -528,17 +497,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 			t.Errorf("%s differs (packer %v, mkosi %v)", f, errA, errB)
 		}
 	}
-	gpuUnits := func(root string) []string {
-		var out []string
-		for u := range enabledUnits(t, root) {
-			if strings.Contains(u, "nvidia") {
-				out = append(out, u)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	if a, b := gpuUnits(packerRoot), gpuUnits(mkosiRoot); !slices.Equal(a, b) {
+	if a, b := nvidiaUnits(t, packerRoot), nvidiaUnits(t, mkosiRoot); !slices.Equal(a, b) {
 		t.Errorf("enabled NVIDIA units differ: packer %v, mkosi %v", a, b)
 	}
 	held := func(root string) []string {
@@ -583,44 +542,9 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	} else {
 		t.Logf("held packages: %d, the same", len(a))
 	}
-	// The manifests are equal but for what each build has of its own:
-	// generator, creation time, the repository's and the modules'
-	// ephemeral keys.
-	manifest := func(root, kver string) bake.Manifest {
-		var m bake.Manifest
-		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
-		must(t, err)
-		if pk != mk {
-			// Two kernel point releases (see repoSet): compare the rest with
-			// the kernel's version normalised and the kernel packages'
-			// versions and hashes left out.
-			b = bytes.ReplaceAll(b, []byte(kver), []byte("{kernel}"))
-			if abi := kver[:max(strings.LastIndex(kver, "-"), 0)]; abi != "" {
-				b = bytes.ReplaceAll(b, []byte(abi), []byte("{abi}"))
-			}
-		}
-		must(t, json.Unmarshal(b, &m))
-		m.Generator, m.Created = "", ""
-		m.Held = both(m.Held)
-		if m.Repo != nil {
-			m.Repo.Fingerprint = ""
-			if pk != mk {
-				for i, p := range m.Repo.Packages {
-					if strings.HasPrefix(p.Name, "linux-") {
-						m.Repo.Packages[i] = bake.Package{Name: p.Name, Arch: p.Arch}
-					}
-				}
-			}
-		}
-		if m.GPU != nil && m.GPU.ModuleSigning != nil {
-			m.GPU.ModuleSigning.CertSHA256 = ""
-			for i := range m.GPU.ModuleSigning.Modules {
-				m.GPU.ModuleSigning.Modules[i].SigKey = "" // each build its own key
-			}
-		}
-		return m
-	}
-	if a, b := manifest(packerRoot, pk), manifest(mkosiRoot, mk); !reflect.DeepEqual(a, b) {
+	a, b := normalManifest(t, packerRoot, pk, pk != mk), normalManifest(t, mkosiRoot, mk, pk != mk)
+	a.Held, b.Held = both(a.Held), both(b.Held)
+	if !reflect.DeepEqual(a, b) {
 		ja, _ := json.MarshalIndent(a, "", " ")
 		jb, _ := json.MarshalIndent(b, "", " ")
 		t.Errorf("manifests differ beyond generator, created and keys:\npacker %s\nmkosi  %s", ja, jb)
@@ -630,10 +554,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	// The same signer policy: both sign with an ephemeral key of the same
 	// subject (each build its own key, so the certificates differ).
 	signing := func(root string) bake.ModuleSigning {
-		var m bake.Manifest
-		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
-		must(t, err)
-		must(t, json.Unmarshal(b, &m))
+		m := readManifest(t, root)
 		if m.GPU == nil || m.GPU.ModuleSigning == nil {
 			t.Fatalf("%s: no module_signing in the manifest", root)
 		}
@@ -645,10 +566,7 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		t.Errorf("module signing differs: packer %+v, mkosi %+v", a, b)
 	}
 	repoSet := func(root, kver string) []string {
-		var m bake.Manifest
-		b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
-		must(t, err)
-		must(t, json.Unmarshal(b, &m))
+		m := readManifest(t, root)
 		var out []string
 		// Shared kernel packages carry the ABI without the flavour
 		// (linux-kbuild-6.12.117+deb13): normalise that too.
@@ -666,6 +584,112 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 	if a, b := repoSet(packerRoot, pk), repoSet(mkosiRoot, mk); !slices.Equal(a, b) {
 		t.Errorf("repository package sets differ:\npacker %v\nmkosi  %v", a, b)
 	}
+}
+
+// nvidiaPackages keeps the NVIDIA packages of an installed set.
+func nvidiaPackages(installed map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, ver := range installed {
+		if strings.Contains(name, "nvidia") || strings.HasPrefix(name, "libcuda") {
+			out[name] = ver
+		}
+	}
+	return out
+}
+
+// gpuOwnedFiles lists the files the plan writes, and the apt sources,
+// pins and keyrings it adds to any of roots (the image's own archive
+// entries and the local repository's keyring differ by design:
+// docs/mkosi.md), as paths relative to a root.
+func gpuOwnedFiles(t *testing.T, roots ...string) []string {
+	t.Helper()
+	same := []string{
+		gpustack.HookPath,
+		"etc/nvidia-container-runtime/config.toml",
+		"etc/modprobe.d/podvm-blacklist-nouveau.conf",
+		"etc/initramfs-tools/hooks/podvm-no-nouveau",
+		"etc/nvidia/current/nvidia-load.conf",
+		"etc/dkms/framework.conf.d/podvm-gpu.conf",
+		"usr/libexec/podvm-gpu/has-nvidia-gpu",
+		"usr/libexec/podvm-gpu/nvidia-cdi-generate",
+		"etc/systemd/system/nvidia-cdi-generate.service",
+		"etc/systemd/system/nvidia-cdi-generate.service.d/podvm-gpu-gate.conf",
+		"etc/systemd/system/nvidia-persistenced.service.d/podvm-gpu-gate.conf",
+		"etc/systemd/system/" + gpustack.ExposeUnit,
+	}
+	for _, root := range roots {
+		for _, glob := range []string{"etc/apt/sources.list.d/podvm-nvidia-*", "etc/apt/preferences.d/podvm-*", "usr/share/keyrings/podvm-nvidia-*"} {
+			ms, err := filepath.Glob(filepath.Join(root, glob))
+			must(t, err)
+			for _, m := range ms {
+				rel, _ := filepath.Rel(root, m)
+				if !slices.Contains(same, rel) {
+					same = append(same, rel)
+				}
+			}
+		}
+	}
+	return same
+}
+
+// nvidiaUnits lists the enabled units of root with nvidia in the name.
+func nvidiaUnits(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	for u := range enabledUnits(t, root) {
+		if strings.Contains(u, "nvidia") {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readManifest reads the manifest the layer keeps in an image's root.
+func readManifest(t *testing.T, root string) bake.Manifest {
+	t.Helper()
+	var m bake.Manifest
+	b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
+	must(t, err)
+	must(t, json.Unmarshal(b, &m))
+	return m
+}
+
+// normalManifest is the manifest in root without what each build has of
+// its own: generator, creation time, the repository's and the modules'
+// ephemeral keys. With twoKernels (two images of two kernel point
+// releases), the kernel's version is normalised and the kernel packages'
+// versions and hashes are left out.
+func normalManifest(t *testing.T, root, kver string, twoKernels bool) bake.Manifest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "opt/local-packages/manifest.json"))
+	must(t, err)
+	if twoKernels {
+		b = bytes.ReplaceAll(b, []byte(kver), []byte("{kernel}"))
+		if abi := kver[:max(strings.LastIndex(kver, "-"), 0)]; abi != "" {
+			b = bytes.ReplaceAll(b, []byte(abi), []byte("{abi}"))
+		}
+	}
+	var m bake.Manifest
+	must(t, json.Unmarshal(b, &m))
+	m.Generator, m.Created = "", ""
+	if m.Repo != nil {
+		m.Repo.Fingerprint = ""
+		if twoKernels {
+			for i, p := range m.Repo.Packages {
+				if strings.HasPrefix(p.Name, "linux-") {
+					m.Repo.Packages[i] = bake.Package{Name: p.Name, Arch: p.Arch}
+				}
+			}
+		}
+	}
+	if m.GPU != nil && m.GPU.ModuleSigning != nil {
+		m.GPU.ModuleSigning.CertSHA256 = ""
+		for i := range m.GPU.ModuleSigning.Modules {
+			m.GPU.ModuleSigning.Modules[i].SigKey = "" // each build its own key
+		}
+	}
+	return m
 }
 
 // dpkgInstalled reads the installed packages and versions from an image's

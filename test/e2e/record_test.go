@@ -4,6 +4,11 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"debug/pe"
+	"encoding/hex"
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,4 +78,65 @@ func checkRecord(t *testing.T, arts, root string) {
 		return
 	}
 	t.Logf("%s: the %d packages dpkg reports; manifest and SBOM signatures verified", sbom.File, len(got))
+}
+
+// checkDiskRecord checks the record that binds the build's record to its
+// disk (bake.DiskFile in arts): the disk's size and SHA256 are the
+// file's, the manifest's and the SBOM's digests are theirs, and for a
+// UKI (uki not "") the root hash is the one the UKI's command line gives
+// the kernel (roothash=), which is what the boot measures. The build's
+// key was ephemeral, so the record must be unsigned.
+func checkDiskRecord(t *testing.T, arts, disk, uki string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(arts, bake.DiskFile))
+	must(t, err)
+	var rec bake.DiskRecord
+	must(t, json.Unmarshal(b, &rec))
+	sum := func(p string) string {
+		f, err := os.Open(p)
+		must(t, err)
+		defer f.Close()
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		must(t, err)
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	fi, err := os.Stat(disk)
+	must(t, err)
+	if rec.Disk.File != filepath.Base(disk) || rec.Disk.Size != fi.Size() || rec.Disk.SHA256 != sum(disk) {
+		t.Errorf("%s: %+v, not the disk %s (%d bytes)", bake.DiskFile, rec.Disk, disk, fi.Size())
+	}
+	if rec.Manifest != sum(filepath.Join(arts, bake.ManifestFile)) || rec.SBOM != sum(filepath.Join(arts, sbom.File)) {
+		t.Errorf("%s: the manifest's or the SBOM's digest is not theirs: %+v", bake.DiskFile, rec)
+	}
+	if _, err := os.Stat(filepath.Join(arts, bake.DiskFile+bake.SignatureSuffix)); err == nil {
+		t.Errorf("%s%s: a signature with an ephemeral key that was gone before the disk existed", bake.DiskFile, bake.SignatureSuffix)
+	}
+	if uki == "" {
+		if rec.Disk.RootHash != "" {
+			t.Errorf("%s: root hash %s for a disk without verity", bake.DiskFile, rec.Disk.RootHash)
+		}
+		t.Logf("%s: %s, %d bytes, SHA256 %s", bake.DiskFile, rec.Disk.File, rec.Disk.Size, rec.Disk.SHA256)
+		return
+	}
+	f, err := pe.Open(uki)
+	must(t, err)
+	defer f.Close()
+	sec := f.Section(".cmdline")
+	if sec == nil {
+		t.Fatalf("%s has no .cmdline section", uki)
+	}
+	cmdline, err := sec.Data()
+	must(t, err)
+	var want string
+	for _, w := range strings.Fields(strings.TrimRight(string(cmdline), "\x00")) {
+		if h, ok := strings.CutPrefix(w, "roothash="); ok {
+			want = h
+		}
+	}
+	if want == "" || rec.Disk.RootHash != want {
+		t.Errorf("%s: root hash %q, the UKI's command line has roothash=%q (%s)", bake.DiskFile, rec.Disk.RootHash, want, cmdline)
+	} else {
+		t.Logf("%s: %s, SHA256 %s, root hash %s (as the UKI's roothash=)", bake.DiskFile, rec.Disk.File, rec.Disk.SHA256, want)
+	}
 }
