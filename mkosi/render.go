@@ -713,6 +713,7 @@ func (r *renderer) leakCheck() string {
 	}
 	fmt.Fprintf(&b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
 	b.WriteString(noPrivateKeys)
+	b.WriteString(buildLeftovers)
 	return b.String()
 }
 

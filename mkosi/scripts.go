@@ -51,6 +51,13 @@ var downloadOnly = downloadOnlyText + debNames
 //go:embed scripts/no-private-keys.sh
 var noPrivateKeys string
 
+// buildLeftovers removes, last in the finalize script, what the layer's
+// commands in the image leave that differs from build to build, so that
+// the same inputs give the same disk (TestReproducibleMkosi).
+//
+//go:embed scripts/build-leftovers.sh
+var buildLeftovers string
+
 // layerSize prints, at the end of a layer's post-installation, the size of
 // the root and the layer's share of it, for sizing a verity partition.
 //
