@@ -380,19 +380,13 @@ func Write(dir string, s Set) ([]string, error) {
 		if !slices.Contains(record, f.name) {
 			continue
 		}
-		sigName := f.name + SignatureSuffix
-		if s.Sign == nil {
-			// A signature left by an earlier build would not match.
-			if err := os.Remove(filepath.Join(dir, sigName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("write artifacts: %w", err)
-			}
-			continue
-		}
-		sig, err := s.Sign(f.data)
+		sig, err := detachedSignature(dir, f.name, f.data, s.Sign)
 		if err != nil {
-			return nil, fmt.Errorf("signing %s: %w", f.name, err)
+			return nil, err
 		}
-		files = append(files, namedFile{sigName, sig})
+		if sig != nil {
+			files = append(files, namedFile{f.name + SignatureSuffix, sig})
+		}
 	}
 	var paths []string
 	for _, f := range files {
@@ -403,6 +397,23 @@ func Write(dir string, s Set) ([]string, error) {
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// detachedSignature signs data, the content of dir's file name, with
+// sign. A nil sign returns no signature and removes one an earlier build
+// left, as it would no longer match.
+func detachedSignature(dir, name string, data []byte, sign func([]byte) ([]byte, error)) ([]byte, error) {
+	if sign == nil {
+		if err := os.Remove(filepath.Join(dir, name+SignatureSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("write artifacts: %w", err)
+		}
+		return nil, nil
+	}
+	sig, err := sign(data)
+	if err != nil {
+		return nil, fmt.Errorf("signing %s: %w", name, err)
+	}
+	return sig, nil
 }
 
 // WriteFile writes data to path as a root-readable 0644 file, creating the

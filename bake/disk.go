@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/diskrecord"
 	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
@@ -25,6 +26,37 @@ type DiskRecord struct {
 	Disk     diskrecord.Disk `json:"disk"`
 	Manifest string          `json:"manifest_sha256"`
 	SBOM     string          `json:"sbom_sha256,omitempty"`
+}
+
+// RecordDisk reads the disk at path and records it in dir, the artefacts
+// directory that holds the build's manifest: both back ends' last step.
+// keyFile is the user's repository key ("": unsigned, as the build's
+// ephemeral key is gone by the time the disk exists); passphraseEnv names
+// the variable that holds its passphrase. It returns the record and the
+// paths written (the record, then its signature if any).
+func RecordDisk(dir, path, keyFile, passphraseEnv string) (diskrecord.Disk, []string, error) {
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil {
+		return diskrecord.Disk{}, nil, fmt.Errorf("record the disk: no %s beside it: %w", ManifestFile, err)
+	}
+	d, err := diskrecord.Read(path)
+	if err != nil {
+		return diskrecord.Disk{}, nil, err
+	}
+	var sign func([]byte) ([]byte, error)
+	if keyFile != "" {
+		date, err := aptrepo.DateFromEnvironment()
+		if err != nil {
+			return diskrecord.Disk{}, nil, fmt.Errorf("record the disk: %w", err)
+		}
+		signer, err := aptrepo.LoadSigner(keyFile, passphraseEnv, date)
+		if err != nil {
+			return diskrecord.Disk{}, nil, fmt.Errorf("record the disk: local_repo_signing_key: %w", err)
+		}
+		defer signer.Discard()
+		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
+	}
+	paths, err := WriteDiskRecord(dir, d, sign)
+	return d, paths, err
 }
 
 // WriteDiskRecord records disk in dir, the artefacts directory that holds
@@ -53,22 +85,19 @@ func WriteDiskRecord(dir string, disk diskrecord.Disk, sign func([]byte) ([]byte
 		return nil, fmt.Errorf("record the disk: %w", err)
 	}
 	data = append(data, '\n')
-	p, sigPath := filepath.Join(dir, DiskFile), filepath.Join(dir, DiskFile+SignatureSuffix)
-	if err := WriteFile(p, data); err != nil {
+	sig, err := detachedSignature(dir, DiskFile, data, sign)
+	if err != nil {
 		return nil, fmt.Errorf("record the disk: %w", err)
 	}
-	if sign == nil {
-		if err := os.Remove(sigPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	paths := []string{filepath.Join(dir, DiskFile)}
+	if err := WriteFile(paths[0], data); err != nil {
+		return nil, fmt.Errorf("record the disk: %w", err)
+	}
+	if sig != nil {
+		paths = append(paths, filepath.Join(dir, DiskFile+SignatureSuffix))
+		if err := WriteFile(paths[1], sig); err != nil {
 			return nil, fmt.Errorf("record the disk: %w", err)
 		}
-		return []string{p}, nil
 	}
-	sig, err := sign(data)
-	if err != nil {
-		return nil, fmt.Errorf("record the disk: signing %s: %w", DiskFile, err)
-	}
-	if err := WriteFile(sigPath, sig); err != nil {
-		return nil, fmt.Errorf("record the disk: %w", err)
-	}
-	return []string{p, sigPath}, nil
+	return paths, nil
 }

@@ -67,6 +67,8 @@ func Read(path string) (Disk, error) {
 type Partition struct {
 	Type, UUID string
 	Name       string
+	// Offset and Size are in bytes from the start of the disk.
+	Offset, Size int64
 }
 
 // ErrNoGPT says a file has no GUID partition table.
@@ -105,7 +107,9 @@ func ReadGPT(r io.ReaderAt) ([]Partition, error) {
 			if typ == "00000000000000000000000000000000" {
 				continue
 			}
-			parts = append(parts, Partition{Type: typ, UUID: guid(e[16:32]), Name: utf16Name(e[56:128])})
+			first, last := int64(binary.LittleEndian.Uint64(e[32:])), int64(binary.LittleEndian.Uint64(e[40:]))
+			parts = append(parts, Partition{Type: typ, UUID: guid(e[16:32]), Name: utf16Name(e[56:128]),
+				Offset: first * sector, Size: (last - first + 1) * sector})
 		}
 		return parts, nil
 	}
@@ -138,6 +142,8 @@ func utf16Name(b []byte) string {
 // The Discoverable Partitions Specification's types of data partitions
 // and their verity partitions, by architecture (systemd-id128 show).
 var (
+	// RootType is an x86-64 root partition's type.
+	RootType  = "4f68bce3e8cd4db196e7fbcaf984b709"
 	rootTypes = map[string]string{
 		"4f68bce3e8cd4db196e7fbcaf984b709": "2c7357edebd246d9aec123d437ec2bf5", // x86-64
 		"b921b0451df041c3af444c6f280d3fae": "df3300ced69f4c92978c9bfb0f38d820", // arm64

@@ -92,6 +92,7 @@ func TestReadRepartDisks(t *testing.T) {
 			if got := d.RootHash + d.UsrHash; got != want || (d.RootHash != "") != tt.root || (d.UsrHash != "") != tt.usr {
 				t.Errorf("root hash %q, usr hash %q; systemd-repart made %q", d.RootHash, d.UsrHash, want)
 			}
+			checkLayout(t, disk)
 			b, err := os.ReadFile(disk)
 			if err != nil {
 				t.Fatal(err)
@@ -148,5 +149,46 @@ func TestReadGPTBounds(t *testing.T) {
 	img[512+80] = 1
 	if _, err := ReadGPT(bytes.NewReader(img)); err == nil {
 		t.Fatal("ReadGPT took 16-byte entries")
+	}
+}
+
+// checkLayout holds ReadGPT's partitions to what sfdisk reads.
+func checkLayout(t *testing.T, disk string) {
+	t.Helper()
+	out, err := exec.Command("sfdisk", "--json", disk).Output()
+	if err != nil {
+		t.Fatalf("sfdisk --json: %v", err)
+	}
+	var pt struct {
+		PartitionTable struct {
+			Partitions []struct {
+				Start, Size int64
+				Type, UUID  string
+				Name        string
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &pt); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	parts, err := ReadGPT(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pt.PartitionTable.Partitions
+	if len(parts) != len(want) {
+		t.Fatalf("ReadGPT: %d partitions, sfdisk %d", len(parts), len(want))
+	}
+	for i, p := range parts {
+		w := want[i]
+		uuid := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "-", "")) }
+		if p.Offset != w.Start*512 || p.Size != w.Size*512 || p.Type != uuid(w.Type) || p.UUID != uuid(w.UUID) || p.Name != w.Name {
+			t.Errorf("partition %d: ReadGPT %+v, sfdisk %+v", i, p, w)
+		}
 	}
 }

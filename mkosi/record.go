@@ -6,9 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
-	"github.com/podvm-gpu/packer-plugin-podvm/diskrecord"
 )
 
 // RecordDisk is the post-output step: once mkosi has written the disk, it
@@ -44,10 +42,6 @@ func (r RecordDisk) Run() (disk string, paths []string, err error) {
 		return "", nil, fmt.Errorf("record-disk: want one disk %s.raw[.*] in %s, found %q", c.Output, r.OutputDir, matches)
 	}
 	disk = matches[0]
-	d, err := diskrecord.Read(disk)
-	if err != nil {
-		return "", nil, fmt.Errorf("record-disk: %w", err)
-	}
 	data, err := os.ReadFile(r.Spec)
 	if err != nil {
 		return "", nil, fmt.Errorf("record-disk: %w", err)
@@ -56,21 +50,11 @@ func (r RecordDisk) Run() (disk string, paths []string, err error) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return "", nil, fmt.Errorf("record-disk: %s: %w", r.Spec, err)
 	}
-	var sign func([]byte) ([]byte, error)
+	var key string
 	if k := spec.Repo.SigningKey; k != "" {
-		date, err := aptrepo.DateFromEnvironment()
-		if err != nil {
-			return "", nil, fmt.Errorf("record-disk: %w", err)
-		}
-		signer, err := aptrepo.LoadSigner(filepath.Join(r.SrcDir, filepath.FromSlash(k)), spec.Repo.Passphrase, date)
-		if err != nil {
-			return "", nil, fmt.Errorf("record-disk: local_repo_signing_key: %w", err)
-		}
-		defer signer.Discard()
-		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
+		key = filepath.Join(r.SrcDir, filepath.FromSlash(k))
 	}
-	paths, err = bake.WriteDiskRecord(r.Artifacts, d, sign)
-	if err != nil {
+	if _, paths, err = bake.RecordDisk(r.Artifacts, disk, key, spec.Repo.Passphrase); err != nil {
 		return "", nil, fmt.Errorf("record-disk: %w", err)
 	}
 	return disk, paths, nil

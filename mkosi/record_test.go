@@ -19,7 +19,7 @@ func TestRecordDisk(t *testing.T) {
 		{name: "disk", config: `{"Output": "image", "Format": "disk"}`, files: []string{"image.raw", "image.efi"}, disk: "image.raw"},
 		{name: "compressed disk", config: `{"Output": "system", "Format": "disk"}`, files: []string{"system.raw.zst"}, disk: "system.raw.zst"},
 		{name: "no disk", config: `{"Output": "image", "Format": "disk"}`, err: "want one disk image.raw"},
-		{name: "not JSON", config: `Output=image`, err: "record-disk:"},
+		{name: "not JSON", config: `Output=image`, err: "config.json: invalid character"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

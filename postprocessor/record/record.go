@@ -9,9 +9,7 @@ package record
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,9 +21,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
-	"github.com/podvm-gpu/packer-plugin-podvm/diskrecord"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
@@ -117,29 +113,9 @@ func (p *PostProcessor) PostProcess(ctx context.Context, ui packersdk.Ui, a pack
 	}
 	start := time.Now()
 	ui.Say(fmt.Sprintf("Recording %s beside %s...", disk, filepath.Join(c.ArtifactsDirectory, bake.ManifestFile)))
-	d, err := diskrecord.Read(disk)
+	d, paths, err := bake.RecordDisk(c.ArtifactsDirectory, disk, c.SigningKey, c.PassphraseEnv)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("podvm-record: %w", err)
-	}
-	var sign func([]byte) ([]byte, error)
-	if c.SigningKey != "" {
-		date, err := aptrepo.DateFromEnvironment()
-		if err != nil {
-			return nil, false, false, fmt.Errorf("podvm-record: %w", err)
-		}
-		signer, err := aptrepo.LoadSigner(c.SigningKey, c.PassphraseEnv, date)
-		if err != nil {
-			return nil, false, false, fmt.Errorf("podvm-record: local_repo_signing_key: %w", err)
-		}
-		defer signer.Discard()
-		sign = func(msg []byte) ([]byte, error) { return signer.DetachSign(msg, date) }
-	}
-	if _, err := os.Stat(filepath.Join(c.ArtifactsDirectory, bake.ManifestFile)); errors.Is(err, os.ErrNotExist) {
-		return nil, false, false, fmt.Errorf("podvm-record: no %s in artifacts_directory %s: run the podvm-gpu provisioner with output_dir = artifacts_directory", bake.ManifestFile, c.ArtifactsDirectory)
-	}
-	paths, err := bake.WriteDiskRecord(c.ArtifactsDirectory, d, sign)
-	if err != nil {
-		return nil, false, false, fmt.Errorf("podvm-record: %w", err)
+		return nil, false, false, fmt.Errorf("podvm-record: %w (artifacts_directory %s: the podvm-gpu provisioner's output_dir)", err, c.ArtifactsDirectory)
 	}
 	how := "unsigned (no local_repo_signing_key: the build's ephemeral key is gone)"
 	if len(paths) > 1 {

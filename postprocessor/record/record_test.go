@@ -96,7 +96,7 @@ func TestPostProcess(t *testing.T) {
 		{name: "signed", files: []string{"rootfs", "disk.raw"}, key: key, signed: true},
 		{name: "no disk", files: []string{"rootfs", "rootfs.tar.zst"}, err: "want one disk image"},
 		{name: "two disks", files: []string{"a.raw", "b.qcow2"}, err: "found 2"},
-		{name: "no manifest", files: []string{"disk.raw"}, noMan: true, err: "no manifest.json in artifacts_directory"},
+		{name: "no manifest", files: []string{"disk.raw"}, noMan: true, err: "no manifest.json beside it"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -18,6 +18,7 @@ import (
 	cdx "github.com/CycloneDX/cyclonedx-go"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
+	"github.com/podvm-gpu/packer-plugin-podvm/diskrecord"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
@@ -143,46 +144,37 @@ func layerSpec(t *testing.T, tree, arts string) guestSpec {
 	return spec
 }
 
-// rootPartitionType is the Discoverable Partitions Specification's type
-// of an x86-64 root partition.
-const rootPartitionType = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"
-
 // mountRoot mounts the root partition of disk read-only, through a
 // read-only loop device, and returns where; both go at the test's end.
 func mountRoot(t *testing.T, disk string) string {
 	t.Helper()
-	b, err := exec.Command("sfdisk", "--json", disk).Output()
-	if err != nil {
-		t.Fatalf("sfdisk --json %s: %v", disk, err)
-	}
-	var pt struct {
-		PartitionTable struct {
-			SectorSize int64 `json:"sectorsize"`
-			Partitions []struct {
-				Start, Size int64
-				Type        string
-			}
-		}
-	}
-	must(t, json.Unmarshal(b, &pt))
-	sector := pt.PartitionTable.SectorSize
-	if sector == 0 {
-		sector = 512
-	}
-	for _, p := range pt.PartitionTable.Partitions {
-		if !strings.EqualFold(p.Type, rootPartitionType) {
+	for _, p := range partitions(t, disk) {
+		if p.Type != diskrecord.RootType {
 			continue
 		}
 		dev := strings.TrimSpace(run(t, "/", "losetup", "--find", "--show", "--read-only",
-			"--offset", strconv.FormatInt(p.Start*sector, 10), "--sizelimit", strconv.FormatInt(p.Size*sector, 10), disk))
+			"--offset", strconv.FormatInt(p.Offset, 10), "--sizelimit", strconv.FormatInt(p.Size, 10), disk))
 		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 		dir := t.TempDir()
 		run(t, "/", "mount", "-o", "ro", dev, dir)
 		t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
 		return dir
 	}
-	t.Fatalf("%s has no root partition (type %s):\n%s", disk, rootPartitionType, b)
+	t.Fatalf("%s has no root partition (type %s)", disk, diskrecord.RootType)
 	return ""
+}
+
+// partitions reads disk's partition table.
+func partitions(t *testing.T, disk string) []diskrecord.Partition {
+	t.Helper()
+	f, err := os.Open(disk)
+	must(t, err)
+	defer f.Close()
+	parts, err := diskrecord.ReadGPT(f)
+	if err != nil {
+		t.Fatalf("%s: %v", disk, err)
+	}
+	return parts
 }
 
 // compareLayer compares the GPU-owned state of the layer in a tree of

@@ -164,20 +164,9 @@ func userKeys(t *testing.T, dir string) (repoKey, moduleKey, moduleCert string) 
 // last: the GPT and its backup) and each partition by its name.
 func diskDiffs(t *testing.T, a, b string) map[string]int {
 	t.Helper()
-	type part struct {
-		Start, Size int64
-		Type, Name  string
-	}
-	table := func(disk string) []part {
-		out, err := exec.Command("sfdisk", "--json", disk).Output()
-		must(t, err)
-		var pt struct{ PartitionTable struct{ Partitions []part } }
-		must(t, json.Unmarshal(out, &pt))
-		return pt.PartitionTable.Partitions
-	}
-	pa, pb := table(a), table(b)
+	pa, pb := partitions(t, a), partitions(t, b)
 	if !slices.Equal(pa, pb) {
-		t.Fatalf("the partition tables differ:\n%v\n%v", pa, pb)
+		t.Fatalf("the partition tables differ:\n%+v\n%+v", pa, pb)
 	}
 	ba, err := os.ReadFile(a)
 	must(t, err)
@@ -195,11 +184,11 @@ func diskDiffs(t *testing.T, a, b string) map[string]int {
 		return n
 	}
 	last := pa[len(pa)-1]
-	diffs := map[string]int{"table": count(0, pa[0].Start*512) + count((last.Start+last.Size)*512, int64(len(ba)))}
+	diffs := map[string]int{"table": count(0, pa[0].Offset) + count(last.Offset+last.Size, int64(len(ba)))}
 	for _, p := range pa {
-		n := count(p.Start*512, (p.Start+p.Size)*512)
+		n := count(p.Offset, p.Offset+p.Size)
 		diffs[p.Name] += n
-		t.Logf("partition %s (%s): %d of %d bytes differ", p.Name, p.Type, n, p.Size*512)
+		t.Logf("partition %s (%s): %d of %d bytes differ", p.Name, p.Type, n, p.Size)
 	}
 	return diffs
 }
