@@ -80,7 +80,9 @@ restore)
 	d=$tree/$name/$version/$k/$a
 	rm -rf "$d"
 	mkdir -p "$d"
-	if ! tar -xf @RESTORE_TAR@ -C "$d" || ! unsigned_for "$k" "$d/module"; then
+	# -m: the files get the time of this build, as compiled ones do, not
+	# the archive time (a SOURCE_DATE_EPOCH build clamps later times only).
+	if ! tar -xmf @RESTORE_TAR@ -C "$d" || ! unsigned_for "$k" "$d/module"; then
 		rm -rf "$d" @RESTORE_TAR@
 		exit 86
 	fi
@@ -101,6 +103,10 @@ build)
 	*) exit "$rc" ;;
 	esac
 	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; case $rc in 86 | 87) rc=1 ;; esac; exit "$rc"; }
+	# A build ends as a restore does: DKMS keeps its make.log beside the
+	# modules, with the build's times in it, and a restored build has
+	# none, so the same inputs would give a different image.
+	rm -rf "${tree:?}/$name/$version/$k/$a/log"
 	;;
 pack)
 	name=$1 version=$2 k=$3 a=$4
