@@ -63,3 +63,10 @@ var buildLeftovers string
 //
 //go:embed scripts/layer-size.sh
 var layerSize string
+
+// configure is the standalone tree's mkosi.configure: it sets mke2fs's
+// directory hash seed from Seed=, which systemd-repart leaves random, so
+// that a fixed seed gives the same root file system.
+//
+//go:embed scripts/configure.sh
+var configure string
