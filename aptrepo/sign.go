@@ -23,8 +23,11 @@ var wallClock = time.Now
 // Signer holds an OpenPGP key that signs repository indexes, and the public
 // half that apt verifies them with.
 type Signer struct {
-	entity      *openpgp.Entity
-	key         openpgp.Key // the (sub)key that signs
+	entity *openpgp.Entity
+	key    openpgp.Key // the (sub)key that signs
+	// validFrom is when the key, its signing (sub)key and their
+	// self-signatures all exist: no signature is dated earlier.
+	validFrom   time.Time
 	fingerprint string
 	keyring     []byte // binary public key export
 	armored     []byte // the same, ASCII-armored
@@ -69,7 +72,8 @@ func NewEphemeralSigner(name string, created time.Time) (*Signer, error) {
 // LoadSigner reads an ASCII-armored OpenPGP private key from path. If the
 // key is protected by a passphrase, passphraseEnv names the environment
 // variable holding it (the passphrase itself never appears on a command
-// line). Keys apt would reject, or that are unusable at now, are refused:
+// line). Keys apt would reject, or that are unusable at now (or, for a key
+// made later, at its creation), are refused:
 // RSA below 2048 bits, DSA, anything but v4 keys, expired or revoked keys,
 // and keys without a signing-capable (sub)key.
 func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
@@ -108,8 +112,16 @@ func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
 	if selfSig == nil {
 		return nil, bad("has no valid self-signature")
 	}
-	if e.PrimaryKey.CreationTime.After(now) {
+	if c := selfSig.CreationTime; c.After(now) && !c.After(wallClock()) {
+		now = c
+	}
+	if e.PrimaryKey.CreationTime.After(wallClock()) {
 		return nil, bad("is created in the future (%s)", e.PrimaryKey.CreationTime.UTC().Format(time.RFC3339))
+	}
+	// A key made after the build date (cloud-api-adaptor's trees set
+	// SOURCE_DATE_EPOCH=0) is checked, and signs, as of its creation.
+	if c := e.PrimaryKey.CreationTime; c.After(now) {
+		now = c
 	}
 	if e.PrimaryKey.KeyExpired(selfSig, now) {
 		return nil, bad("expired on %s", keyExpiry(e.PrimaryKey, selfSig))
@@ -190,14 +202,32 @@ func newSigner(e *openpgp.Entity, key openpgp.Key, source string) (*Signer, erro
 	if err := writeArmored(&arm, openpgp.PublicKeyType, pub.Bytes()); err != nil {
 		return nil, err
 	}
+	from := e.PrimaryKey.CreationTime
+	for _, t := range []time.Time{key.PublicKey.CreationTime, sigTime(key.SelfSignature)} {
+		if t.After(from) {
+			from = t
+		}
+	}
+	if sig, _ := e.PrimarySelfSignature(); sigTime(sig).After(from) {
+		from = sigTime(sig)
+	}
 	return &Signer{
 		entity:      e,
 		key:         key,
+		validFrom:   from.UTC().Truncate(time.Second),
 		fingerprint: fmt.Sprintf("%X", e.PrimaryKey.Fingerprint),
 		keyring:     pub.Bytes(),
 		armored:     arm.Bytes(),
 		source:      source,
 	}, nil
+}
+
+// sigTime is sig's creation time; the zero time for no signature.
+func sigTime(sig *packet.Signature) time.Time {
+	if sig == nil {
+		return time.Time{}
+	}
+	return sig.CreationTime
 }
 
 // serializePublic writes the public half of e as a transferable public key.
@@ -281,9 +311,12 @@ func (s *Signer) config(at time.Time) (*packet.Config, error) {
 		return nil, fmt.Errorf("%s: private key discarded", s.source)
 	}
 	at = at.UTC().Truncate(time.Second)
-	if at.Before(s.key.PublicKey.CreationTime) {
-		return nil, fmt.Errorf("%s: signing key %X was created at %s, after the repository Date %s; verifiers reject such signatures",
-			s.source, s.key.PublicKey.Fingerprint, s.key.PublicKey.CreationTime.UTC().Format(time.RFC3339), at.Format(time.RFC3339))
+	// Verifiers reject a signature older than its key, so one asked for
+	// before the key existed is dated when it did: still the same bytes
+	// for the same key and inputs, and the Release Date keeps the time
+	// asked for.
+	if at.Before(s.validFrom) {
+		at = s.validFrom
 	}
 	if _, ok := s.entity.SigningKeyById(at, s.key.PublicKey.KeyId); !ok {
 		return nil, fmt.Errorf("%s: signing key %X is not valid at the repository Date %s (expired or revoked by then)",

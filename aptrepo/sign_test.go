@@ -105,72 +105,84 @@ func TestSignaturesVerify(t *testing.T) {
 			if name == "ephemeral" {
 				date = testDate
 			}
-			dir := t.TempDir()
-			in, err := s.clearsign(msg, date)
-			if err != nil {
-				t.Fatal(err)
-			}
-			det, err := s.detachSign(msg, date)
-			if err != nil {
-				t.Fatal(err)
-			}
-			write := func(n string, b []byte) string {
-				p := filepath.Join(dir, n)
-				if err := os.WriteFile(p, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-			release := write("Release", msg)
-			inRelease := write("InRelease", in)
-			releaseGPG := write("Release.gpg", det)
-			keyring := write("keyring.gpg", s.PublicKeyring())
-			write("keyring.asc", s.ArmoredPublicKey())
-
-			for _, sig := range []*packet.Signature{parseSig(t, det), parseSig(t, clearsignedSig(t, in))} {
-				if sig.Hash != crypto.SHA512 && sig.Hash != crypto.SHA256 {
-					t.Errorf("signature digest %v, want SHA256 or SHA512", sig.Hash)
-				}
-				if !sig.CreationTime.Equal(date) {
-					t.Errorf("signature made at %v, want %v", sig.CreationTime, date)
-				}
-				if len(sig.Notations) != 0 {
-					t.Errorf("signature carries notations %v", sig.Notations)
-				}
-			}
-
-			// go-crypto, from the armored export.
-			kr, err := openpgp.ReadArmoredKeyRing(bytes.NewReader(s.ArmoredPublicKey()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := openpgp.CheckArmoredDetachedSignature(kr, bytes.NewReader(msg), bytes.NewReader(det), nil); err != nil {
-				t.Errorf("go-crypto: Release.gpg: %v", err)
-			}
-			if len(kr) != 1 || kr[0].PrivateKey != nil {
-				t.Errorf("public export holds %d entities, private key %v", len(kr), kr[0].PrivateKey != nil)
-			}
-
-			if have(t, "gpgv") {
-				run(t, "gpgv", "--keyring", keyring, inRelease)
-				run(t, "gpgv", "--keyring", keyring, releaseGPG, release)
-				// A few more messages through gpgv: RSA signatures whose
-				// armor needs no base64 padding once failed there.
-				for i := range 6 {
-					m := append(bytes.Repeat([]byte("x"), i), '\n')
-					in, err := s.clearsign(m, date)
-					if err != nil {
-						t.Fatal(err)
-					}
-					run(t, "gpgv", "--keyring", keyring, write("InRelease.n", in))
-				}
-				// An InRelease edited after signing fails.
-				bad := write("InRelease.bad", bytes.Replace(in, []byte("Origin: test"), []byte("Origin: evil"), 1))
-				runFails(t, "gpgv", "--keyring", keyring, bad)
-			}
-			sqvVerify(t, dir, keyring, msg, in, det)
+			checkSigner(t, s, msg, date, date)
+			// A build date before the key (SOURCE_DATE_EPOCH=0 in
+			// cloud-api-adaptor's trees): the signatures are dated at the
+			// key's creation, and verify.
+			checkSigner(t, s, msg, time.Unix(0, 0), s.validFrom)
 		})
 	}
+}
+
+// checkSigner signs msg as of date with s, both ways, checks that the
+// signatures are dated want, and verifies them with go-crypto, gpgv and
+// sqv.
+func checkSigner(t *testing.T, s *Signer, msg []byte, date, want time.Time) {
+	t.Helper()
+	dir := t.TempDir()
+	in, err := s.clearsign(msg, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	det, err := s.detachSign(msg, date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(n string, b []byte) string {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	release := write("Release", msg)
+	inRelease := write("InRelease", in)
+	releaseGPG := write("Release.gpg", det)
+	keyring := write("keyring.gpg", s.PublicKeyring())
+	write("keyring.asc", s.ArmoredPublicKey())
+
+	for _, sig := range []*packet.Signature{parseSig(t, det), parseSig(t, clearsignedSig(t, in))} {
+		if sig.Hash != crypto.SHA512 && sig.Hash != crypto.SHA256 {
+			t.Errorf("signature digest %v, want SHA256 or SHA512", sig.Hash)
+		}
+		if !sig.CreationTime.Equal(want) {
+			t.Errorf("signature made at %v, want %v", sig.CreationTime, want)
+		}
+		if len(sig.Notations) != 0 {
+			t.Errorf("signature carries notations %v", sig.Notations)
+		}
+	}
+
+	// go-crypto, from the armored export.
+	kr, err := openpgp.ReadArmoredKeyRing(bytes.NewReader(s.ArmoredPublicKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openpgp.CheckArmoredDetachedSignature(kr, bytes.NewReader(msg), bytes.NewReader(det), nil); err != nil {
+		t.Errorf("go-crypto: Release.gpg: %v", err)
+	}
+	if len(kr) != 1 || kr[0].PrivateKey != nil {
+		t.Errorf("public export holds %d entities, private key %v", len(kr), kr[0].PrivateKey != nil)
+	}
+
+	if have(t, "gpgv") {
+		run(t, "gpgv", "--keyring", keyring, inRelease)
+		run(t, "gpgv", "--keyring", keyring, releaseGPG, release)
+		// A few more messages through gpgv: RSA signatures whose
+		// armor needs no base64 padding once failed there.
+		for i := range 6 {
+			m := append(bytes.Repeat([]byte("x"), i), '\n')
+			in, err := s.clearsign(m, date)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, "gpgv", "--keyring", keyring, write("InRelease.n", in))
+		}
+		// An InRelease edited after signing fails.
+		bad := write("InRelease.bad", bytes.Replace(in, []byte("Origin: test"), []byte("Origin: evil"), 1))
+		runFails(t, "gpgv", "--keyring", keyring, bad)
+	}
+	sqvVerify(t, dir, keyring, msg, in, det)
 }
 
 // sqvVerify checks both signatures with sqv, as apt >= 2.9.19 does: it
@@ -268,8 +280,11 @@ func runFails(t *testing.T, name string, args ...string) string {
 
 func TestSignerTimes(t *testing.T) {
 	s := testSigner(t, testDate)
-	if _, err := s.clearsign([]byte("x\n"), testDate.Add(-time.Second)); err == nil || !strings.Contains(err.Error(), "after the repository Date") {
+	// Asked for before the key existed, a signature is dated when it did.
+	if det, err := s.detachSign([]byte("x\n"), testDate.Add(-time.Hour)); err != nil {
 		t.Errorf("signing before the key's creation: %v", err)
+	} else if got := parseSig(t, det).CreationTime; !got.Equal(testDate) {
+		t.Errorf("signing before the key's creation: dated %v, want the key's creation %v", got, testDate)
 	}
 	if _, err := s.detachSign([]byte("x\n"), testDate.Add(time.Hour)); err != nil {
 		t.Errorf("signing after creation: %v", err)
@@ -286,8 +301,14 @@ func TestSignerTimes(t *testing.T) {
 		t.Error("NewEphemeralSigner accepted a name with <>")
 	}
 
-	// A key that expires: valid at load time, refused for a Date after it.
 	keys := gpgFixtures(t)
+	// A build date before the key was made (SOURCE_DATE_EPOCH=0): loaded,
+	// and it signs as of its creation (TestSignaturesVerify).
+	if _, err := LoadSigner(keys["ed25519"], "", time.Unix(0, 0)); err != nil {
+		t.Errorf("LoadSigner at SOURCE_DATE_EPOCH=0: %v", err)
+	}
+
+	// A key that expires: valid at load time, refused for a Date after it.
 	// Load it as if today were the build date; LoadSigner refuses keys
 	// that have expired by the real today (TestLoadSignerExpiredToday).
 	wallClock = func() time.Time { return time.Date(2020, 6, 1, 0, 0, 0, 0, time.UTC) }
