@@ -50,23 +50,10 @@ func TestCAAShapedE2E(t *testing.T) {
 // on the GPU-owned state. Then --remove leaves the tree as it was.
 func testCAAShaped(t *testing.T, env *builderEnv, root string, settings []string, standalone string) {
 	t.Helper()
-	// The agent stack: the stand-ins example/local's e2e builds with, in
-	// place of the fixture's minimal ones, so the boot checks the whole
-	// agent chain here too.
-	agents := agenttreetest.StandIn(t)
 	work := t.TempDir()
 	tree, pristine := filepath.Join(work, "tree"), filepath.Join(work, "pristine")
-	for _, d := range []string{tree, pristine} {
-		run(t, root, "cp", "-a", filepath.Join(root, "mkosi/testdata/caa-shaped"), d)
-		must(t, os.RemoveAll(filepath.Join(d, "resources/binaries-tree")))
-		run(t, root, "cp", "-a", agents, filepath.Join(d, "resources/binaries-tree"))
-		// The tree's own archive list, as a user's tree has one: mkosi's
-		// built-in list names a -debug suite that mirrors rarely carry.
-		archive := strings.TrimSpace(run(t, root, "scripts/install-mkosi.sh", "--print-mirror"))
-		sources := filepath.Join(d, "mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources")
-		must(t, os.MkdirAll(filepath.Dir(sources), 0o755))
-		must(t, os.WriteFile(sources, []byte("Types: deb\nURIs: "+archive+"\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"), 0o644))
-	}
+	agents := caaShapedTree(t, root, tree)
+	caaShapedTree(t, root, pristine)
 
 	cmd := exec.Command(filepath.Join(root, "example/mkosi/build.sh"))
 	cmd.Dir = root
@@ -91,7 +78,7 @@ func testCAAShaped(t *testing.T, env *builderEnv, root string, settings []string
 	// is checked for its signature and content, not against the disk.
 	t.Run("caa signed record", func(t *testing.T) {
 		checkRecord(t, arts, "")
-		checkDiskRecord(t, arts, disk, uki)
+		checkDiskRecord(t, arts, disk, uki, false)
 	})
 	t.Run("caa boot", func(t *testing.T) {
 		spec := layerSpec(t, tree, arts)
@@ -113,6 +100,25 @@ func testCAAShaped(t *testing.T, env *builderEnv, root string, settings []string
 			t.Fatalf("--remove did not restore the tree: %v\n%s", err, b)
 		}
 	})
+}
+
+// caaShapedTree copies the CAA-shaped fixture to dir, with the stand-ins
+// of the agent stack that example/local's e2e builds with in place of the
+// fixture's minimal ones (so the boot checks the whole agent chain), and
+// returns where those stand-ins are.
+func caaShapedTree(t *testing.T, root, dir string) (agents string) {
+	t.Helper()
+	agents = agenttreetest.StandIn(t)
+	run(t, root, "cp", "-a", filepath.Join(root, "mkosi/testdata/caa-shaped"), dir)
+	must(t, os.RemoveAll(filepath.Join(dir, "resources/binaries-tree")))
+	run(t, root, "cp", "-a", agents, filepath.Join(dir, "resources/binaries-tree"))
+	// The tree's own archive list, as a user's tree has one: mkosi's
+	// built-in list names a -debug suite that mirrors rarely carry.
+	archive := strings.TrimSpace(run(t, root, "scripts/install-mkosi.sh", "--print-mirror"))
+	sources := filepath.Join(dir, "mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources")
+	must(t, os.MkdirAll(filepath.Dir(sources), 0o755))
+	must(t, os.WriteFile(sources, []byte("Types: deb\nURIs: "+archive+"\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"), 0o644))
+	return agents
 }
 
 // layerSpec is what the boot checks look for in a disk built from a tree

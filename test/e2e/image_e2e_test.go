@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -65,15 +66,18 @@ func TestImageE2E(t *testing.T) {
 	// A module cache of this run's own: the Packer build misses and stores
 	// the DKMS build, the mkosi builds of the same kernel and driver
 	// restore it.
-	settings := append(e2eSettings(mirror), "PODVM_BUILD_CACHE_DIR="+t.TempDir())
+	// One SOURCE_DATE_EPOCH for every build: the two Packer builds are
+	// compared.
+	settings := append(e2eSettings(mirror), "PODVM_BUILD_CACHE_DIR="+runCache(t),
+		fmt.Sprintf("SOURCE_DATE_EPOCH=%d", time.Now().Unix()))
 
 	// The Packer image is a pod VM: the agent stack from the stand-in
 	// binaries tree, then the GPU layer.
 	agents := agenttreetest.StandIn(t)
-	rootfs, arts := buildWithPacker(t, env, root, agents, settings)
+	rootfs, arts := buildWithPacker(t, env, root, agents, settings, "stored")
 	t.Run("packer", func(t *testing.T) { checkGPUImage(t, env, rootfs, arts) })
 	t.Run("packer agent stack", func(t *testing.T) { checkAgentStack(t, rootfs, agents) })
-	t.Run("packer disk record", func(t *testing.T) { checkDiskRecord(t, arts, rootfs+".qcow2", "") })
+	t.Run("packer disk record", func(t *testing.T) { checkDiskRecord(t, arts, rootfs+".qcow2", "", false) })
 	t.Run("packer boot", func(t *testing.T) {
 		disk := rootfs + ".qcow2"
 		logDisk(t, disk)
@@ -82,6 +86,13 @@ func TestImageE2E(t *testing.T) {
 		assertBoot(t, bootCheck(t, disk, spec), spec)
 	})
 
+	// The same inputs once more, on the cached base tree and modules: the
+	// GPU-owned files must be the same but for what the ephemeral keys
+	// sign.
+	rerun, _ := buildWithPacker(t, env, root, agents, settings, "restored")
+	t.Run("packer rerun", func(t *testing.T) { comparePackerRuns(t, rootfs, rerun) })
+	must(t, os.RemoveAll(filepath.Dir(rerun)))
+
 	image, mkArts := buildWithMkosi(t, env, root, cache, settings)
 	t.Run("mkosi", func(t *testing.T) { checkGPUImage(t, env, image, mkArts) })
 
@@ -89,7 +100,7 @@ func TestImageE2E(t *testing.T) {
 	// the Packer disk gets; what to look for comes from the tree build of
 	// the same configuration.
 	disk, uki, diskArts := buildMkosiDisk(t, env, root, settings)
-	t.Run("mkosi disk record", func(t *testing.T) { checkDiskRecord(t, diskArts, disk, "") })
+	t.Run("mkosi disk record", func(t *testing.T) { checkDiskRecord(t, diskArts, disk, "", false) })
 	t.Run("mkosi boot", func(t *testing.T) {
 		logDisk(t, disk)
 		// The disk is its own build, with its own repository key: the
@@ -106,6 +117,18 @@ func TestImageE2E(t *testing.T) {
 	// built with this run's module cache, booted, and compared with the
 	// standalone mkosi image.
 	testCAAShaped(t, env, root, settings, image)
+}
+
+// runCache is the build cache of this run: make check's, which starts
+// empty and which its lanes share (PODVM_E2E_BUILD_CACHE: the NVIDIA
+// modules are compiled once per run, and TestReproducibleMkosi restores
+// them), or the test's own.
+func runCache(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("PODVM_E2E_BUILD_CACHE"); d != "" {
+		return d
+	}
+	return t.TempDir()
 }
 
 // userCacheDir is the user's cache directory ($XDG_CACHE_HOME or
@@ -129,7 +152,9 @@ func podvmCache(t *testing.T) string {
 
 // buildWithPacker builds example/local with the pod VM binaries tree
 // agents, as `make image PODVM_BINARIES=DIR` does.
-func buildWithPacker(t *testing.T, env *builderEnv, root, agents string, settings []string) (rootfs, arts string) {
+// cache is what the module cache must report: "stored" (a build that
+// compiled the modules) or "restored".
+func buildWithPacker(t *testing.T, env *builderEnv, root, agents string, settings []string, cache string) (rootfs, arts string) {
 	t.Helper()
 	work := t.TempDir()
 	rootfs, arts = filepath.Join(work, "rootfs"), filepath.Join(work, "artifacts")
@@ -152,7 +177,7 @@ func buildWithPacker(t *testing.T, env *builderEnv, root, agents string, setting
 	if !strings.Contains(out.String(), "the target is the podvm-rootfs chroot: dpkg runs without fsync") {
 		t.Error("the provisioner did not learn from the builder that its target is a chroot")
 	}
-	assertModuleCache(t, "packer build", out.String(), "stored")
+	assertModuleCache(t, "packer build", out.String(), cache)
 	want := "podvm-gpu: pod VM: agent stack from " + agents + ": units " + strings.Join(agentUnits(t, agents), " ")
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("the build log lacks %q", want)
@@ -487,6 +512,18 @@ func compareImages(t *testing.T, packerRoot, mkosiRoot string) {
 		t.Errorf("NVIDIA packages differ:\npacker %v\nmkosi  %v", a, b)
 	} else {
 		t.Logf("NVIDIA packages: %d, same names and versions", len(a))
+	}
+	// This run's module cache was empty: the Packer build compiled the
+	// modules and the mkosi build restored them. DKMS's tree must come out
+	// the same either way, or a cold cache and a warm one would give
+	// different images from the same inputs.
+	if pk == mk {
+		a, b := treeListing(t, filepath.Join(packerRoot, "var/lib/dkms")), treeListing(t, filepath.Join(mkosiRoot, "var/lib/dkms"))
+		if !slices.Equal(a, b) {
+			t.Errorf("/var/lib/dkms of the compiled build (packer) and the restored one (mkosi) differ:\npacker %s\nmkosi  %s", strings.Join(a, "\n       "), strings.Join(b, "\n       "))
+		} else {
+			t.Logf("/var/lib/dkms: %d entries, the same compiled (packer) and restored (mkosi)", len(a))
+		}
 	}
 	same := gpuOwnedFiles(t, packerRoot, mkosiRoot)
 	t.Logf("comparing %d files byte for byte", len(same))
@@ -937,4 +974,37 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// treeListing lists every path below dir with its type, mode and, for a
+// file, its content's SHA-256 (for a link, its target), sorted.
+func treeListing(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		line := rel + " " + fi.Mode().String()
+		switch {
+		case fi.Mode().IsRegular():
+			line += " " + fileSHA256(t, p)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			line += " -> " + target
+		}
+		out = append(out, line)
+		return nil
+	})
+	must(t, err)
+	slices.Sort(out)
+	return out
 }

@@ -85,22 +85,15 @@ func checkRecord(t *testing.T, arts, root string) {
 // file's, the manifest's and the SBOM's digests are theirs, and for a
 // UKI (uki not "") the root hash is the one the UKI's command line gives
 // the kernel (roothash=), which is what the boot measures. The build's
-// key was ephemeral, so the record must be unsigned.
-func checkDiskRecord(t *testing.T, arts, disk, uki string) {
+// key was the user's (signed) or ephemeral: an ephemeral key is gone
+// before the disk exists, so that record must be unsigned.
+func checkDiskRecord(t *testing.T, arts, disk, uki string, signed bool) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(arts, bake.DiskFile))
 	must(t, err)
 	var rec bake.DiskRecord
 	must(t, json.Unmarshal(b, &rec))
-	sum := func(p string) string {
-		f, err := os.Open(p)
-		must(t, err)
-		defer f.Close()
-		h := sha256.New()
-		_, err = io.Copy(h, f)
-		must(t, err)
-		return hex.EncodeToString(h.Sum(nil))
-	}
+	sum := func(p string) string { return fileSHA256(t, p) }
 	fi, err := os.Stat(disk)
 	must(t, err)
 	if rec.Disk.File != filepath.Base(disk) || rec.Disk.Size != fi.Size() || rec.Disk.SHA256 != sum(disk) {
@@ -109,7 +102,9 @@ func checkDiskRecord(t *testing.T, arts, disk, uki string) {
 	if rec.Manifest != sum(filepath.Join(arts, bake.ManifestFile)) || rec.SBOM != sum(filepath.Join(arts, sbom.File)) {
 		t.Errorf("%s: the manifest's or the SBOM's digest is not theirs: %+v", bake.DiskFile, rec)
 	}
-	if _, err := os.Stat(filepath.Join(arts, bake.DiskFile+bake.SignatureSuffix)); err == nil {
+	if _, err := os.Stat(filepath.Join(arts, bake.DiskFile+bake.SignatureSuffix)); signed && err != nil {
+		t.Errorf("%s%s: no signature with the user's key: %v", bake.DiskFile, bake.SignatureSuffix, err)
+	} else if !signed && err == nil {
 		t.Errorf("%s%s: a signature with an ephemeral key that was gone before the disk existed", bake.DiskFile, bake.SignatureSuffix)
 	}
 	if uki == "" {
@@ -139,4 +134,16 @@ func checkDiskRecord(t *testing.T, arts, disk, uki string) {
 	} else {
 		t.Logf("%s: %s, SHA256 %s, root hash %s (as the UKI's roothash=)", bake.DiskFile, rec.Disk.File, rec.Disk.SHA256, want)
 	}
+}
+
+// fileSHA256 is the SHA-256 of the file at p, in hex.
+func fileSHA256(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	must(t, err)
+	defer f.Close()
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	must(t, err)
+	return hex.EncodeToString(h.Sum(nil))
 }

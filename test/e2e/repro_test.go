@@ -4,8 +4,12 @@ package e2e
 
 import (
 	"bytes"
+	"debug/pe"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,23 +19,24 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
 )
 
 // reproSeed is mkosi's seed for both builds: systemd-repart derives the
 // partition and file system UUIDs from it.
 const reproSeed = "0e5a3c1f-6b5d-4c39-9d1e-3b7f2a6c8d40"
 
-// TestReproducibleMkosi is make repro: the mkosi disk, exactly as `make
-// mkosi` builds it, built twice from the same inputs (the tree's
-// settings, SOURCE_DATE_EPOCH, mkosi's seed, the archive's state, and a
-// repository key and a module signing key of the user's), one build after
-// the other, must give the same bytes in the UKI, the manifest, the SBOM
-// and their signatures, the disk record but for the disk's digest, every
-// file of the root (content, type, mode, owner, size, time), the
-// partition table and the ESP. The root's ext4 file system itself still
-// differs in a few bytes of metadata (docs/mkosi.md): logged, not failed.
+// TestReproducibleMkosi is make repro: two mkosi trees, each built twice
+// from the same inputs (the tree's settings, SOURCE_DATE_EPOCH, mkosi's
+// seed, the archive's state, and a repository key and a module signing
+// key of the user's), one build after the other, must give the same
+// bytes: the standalone disk exactly as `make mkosi` builds it, and the
+// CAA-shaped tree with the GPU layer (`make mkosi PODVM_MKOSI_INTO=`),
+// whose squashfs root is under dm-verity. A difference fails the test
+// with the differing files named: the artefacts, the disk by region, and
+// the root's files and their metadata.
 //
-//	go test -tags e2e -run TestReproducibleMkosi -v -timeout 60m ./test/e2e/
+//	go test -tags e2e -run TestReproducibleMkosi -v -timeout 90m ./test/e2e/
 func TestReproducibleMkosi(t *testing.T) {
 	env := setupBuilderEnv(t)
 	root := builderRepoRoot(t)
@@ -41,75 +46,129 @@ func TestReproducibleMkosi(t *testing.T) {
 	settings := append(e2eSettings(mirror),
 		"LOCAL_REPO_SIGNING_KEY="+repoKey,
 		"NVIDIA_MODULE_SIGNING=key", "NVIDIA_MODULE_SIGNING_KEY="+moduleKey, "NVIDIA_MODULE_SIGNING_CERT="+moduleCert,
-		// After the keys were made: a key cannot sign before it existed.
+		// After the keys were made, as a user's release date would be.
+		// The CAA-shaped tree sets its own (0, as cloud-api-adaptor's
+		// does), before the keys: their signatures are dated when the
+		// keys were made.
 		fmt.Sprintf("SOURCE_DATE_EPOCH=%d", time.Now().Unix()))
+	// Under make check, the run's build cache, where the image lane's
+	// compiled modules are; alone, the user's.
+	if d := os.Getenv("PODVM_E2E_BUILD_CACHE"); d != "" {
+		settings = append(settings, "PODVM_BUILD_CACHE_DIR="+d)
+	}
 
-	var outs [2]string
-	for i := range outs {
-		work := t.TempDir()
-		outs[i] = filepath.Join(work, "output")
-		cmd := exec.Command(filepath.Join(root, "example/mkosi/build.sh"), "--seed="+reproSeed)
-		cmd.Dir = root
-		cmd.Env = env.environ(append(slices.Clone(settings), "PODVM_MKOSI_TREE="+filepath.Join(work, "tree"), "PODVM_MKOSI_OUTPUT="+outs[i]))
-		var log bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &log, &log
-		start := time.Now()
-		err := cmd.Run()
-		t.Logf("build %d of 2 took %s", i+1, time.Since(start).Round(time.Second))
-		if err != nil {
-			t.Fatalf("example/mkosi/build.sh: %v\n%s", err, tail(log.String(), 100))
+	t.Run("standalone", func(t *testing.T) {
+		var outs [2]string
+		for i := range outs {
+			work := t.TempDir()
+			outs[i] = filepath.Join(work, "output")
+			reproBuild(t, env, root, i, append(slices.Clone(settings),
+				"PODVM_MKOSI_TREE="+filepath.Join(work, "tree"), "PODVM_MKOSI_OUTPUT="+outs[i]))
+		}
+		compareBuilds(t, outs, "image.raw", "image.efi", false)
+	})
+	t.Run("caa-shaped", func(t *testing.T) {
+		var outs [2]string
+		for i := range outs {
+			tree := filepath.Join(t.TempDir(), "tree")
+			caaShapedTree(t, root, tree)
+			// mkosi's --seed is the top-level image's alone; a tree of
+			// several images that wants the same UUIDs and verity salt
+			// each build sets Seed= where its disk is made.
+			seed := filepath.Join(tree, "mkosi.images/system/mkosi.conf.d/90-seed.conf")
+			must(t, os.MkdirAll(filepath.Dir(seed), 0o755))
+			must(t, os.WriteFile(seed, []byte("[Output]\nSeed="+reproSeed+"\n"), 0o644))
+			// Without the layer the fixture is not reproducible: each image
+			// keeps ldconfig's aux-cache and alternatives.log (inode numbers
+			// and times), since mkosi applies the top level's
+			// RemoveFiles= to no subimage. A tree that wants the same
+			// bytes removes them in each image; the layer must keep it so.
+			for _, img := range []string{"initrd", "system"} {
+				f := filepath.Join(tree, "mkosi.images", img, "mkosi.conf.d/90-repro.conf")
+				must(t, os.MkdirAll(filepath.Dir(f), 0o755))
+				must(t, os.WriteFile(f, []byte("[Content]\nRemoveFiles=/var/cache/ldconfig/aux-cache\nRemoveFiles=/var/log/alternatives.log\n"), 0o644))
+			}
+			reproBuild(t, env, root, i, append(slices.Clone(settings), "PODVM_MKOSI_INTO="+tree))
+			outs[i] = filepath.Join(tree, "build")
+		}
+		compareBuilds(t, outs, "system.raw", "system.efi", true)
+		var rec bake.DiskRecord
+		b, err := os.ReadFile(filepath.Join(outs[0], "podvm-artifacts", bake.DiskFile))
+		must(t, err)
+		must(t, json.Unmarshal(b, &rec))
+		if rec.Disk.RootHash == "" {
+			t.Errorf("%s of the verity tree has no root hash: %s", bake.DiskFile, b)
+		}
+		t.Logf("dm-verity root hash of both builds: %s", rec.Disk.RootHash)
+	})
+}
+
+// reproBuild runs example/mkosi/build.sh, build i of two, with mkosi's
+// seed fixed.
+func reproBuild(t *testing.T, env *builderEnv, root string, i int, settings []string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root, "example/mkosi/build.sh"), "--seed="+reproSeed)
+	cmd.Dir = root
+	cmd.Env = env.environ(settings)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("build %d of 2 took %s", i+1, time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("example/mkosi/build.sh: %v\n%s", err, tail(log.String(), 100))
+	}
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "module cache") {
+			t.Log(strings.TrimSpace(line))
 		}
 	}
-	// What must be the same bytes. The disk itself is compared below by
-	// region, and disk.json (which holds its digest) without the digest.
-	for _, f := range []string{"image.efi", "podvm-artifacts/manifest.json", "podvm-artifacts/sbom.cdx.json",
-		"podvm-artifacts/manifest.json.asc", "podvm-artifacts/sbom.cdx.json.asc"} {
+}
+
+// compareBuilds compares the outputs of two builds (outs: mkosi's output
+// directories) and fails on any difference, naming it: the UKI, the
+// manifest, the SBOM, their signatures and the disk record byte for byte,
+// the disk's SHA-256, and where the disks differ, by region, then every
+// file of the root (content, type, mode, owner, size, time).
+func compareBuilds(t *testing.T, outs [2]string, disk, uki string, verity bool) {
+	t.Helper()
+	arts := "podvm-artifacts/"
+	for _, f := range []string{uki, arts + bake.ManifestFile, arts + sbom.File, arts + bake.DiskFile,
+		arts + bake.ManifestFile + bake.SignatureSuffix, arts + sbom.File + bake.SignatureSuffix, arts + bake.DiskFile + bake.SignatureSuffix} {
 		a, errA := os.ReadFile(filepath.Join(outs[0], f))
 		b, errB := os.ReadFile(filepath.Join(outs[1], f))
 		switch {
 		case errA != nil || errB != nil:
 			t.Errorf("%s: %v, %v", f, errA, errB)
 		case !bytes.Equal(a, b):
-			t.Errorf("%s differs between the two builds", f)
+			t.Errorf("%s differs between the two builds%s", f, peDiffs(a, b))
 		default:
 			t.Logf("%s: the same (%d bytes)", f, len(a))
 		}
 	}
-	var recs [2]bake.DiskRecord
-	for i := range recs {
-		b, err := os.ReadFile(filepath.Join(outs[i], "podvm-artifacts", bake.DiskFile))
-		must(t, err)
-		must(t, json.Unmarshal(b, &recs[i]))
-	}
 	// With the user's key the disk record is signed too.
 	for _, o := range outs {
-		arts := filepath.Join(o, "podvm-artifacts")
-		if out, err := exec.Command("sqv", "--keyring", filepath.Join(arts, bake.KeyFile),
-			filepath.Join(arts, bake.DiskFile+bake.SignatureSuffix), filepath.Join(arts, bake.DiskFile)).CombinedOutput(); err != nil {
+		a := filepath.Join(o, arts)
+		if out, err := exec.Command("sqv", "--keyring", filepath.Join(a, bake.KeyFile),
+			filepath.Join(a, bake.DiskFile+bake.SignatureSuffix), filepath.Join(a, bake.DiskFile)).CombinedOutput(); err != nil {
 			t.Errorf("sqv %s%s: %v\n%s", bake.DiskFile, bake.SignatureSuffix, err, out)
 		}
 	}
-	sums := [2]string{recs[0].Disk.SHA256, recs[1].Disk.SHA256}
-	recs[0].Disk.SHA256, recs[1].Disk.SHA256 = "", ""
-	if recs[0] != recs[1] {
-		t.Errorf("%s differs beyond the disk's digest: %+v, %+v", bake.DiskFile, recs[0], recs[1])
+	diskA, diskB := filepath.Join(outs[0], disk), filepath.Join(outs[1], disk)
+	verityUKI := ""
+	if verity {
+		verityUKI = filepath.Join(outs[0], uki)
 	}
-	diskA, diskB := filepath.Join(outs[0], "image.raw"), filepath.Join(outs[1], "image.raw")
-	if sums[0] == sums[1] {
-		t.Logf("image.raw: the same, SHA-256 %s", sums[0])
-	} else {
-		// Known, and not the layer's: the root's ext4 file system differs
-		// in a few bytes of its metadata (docs/mkosi.md). Anything else
-		// is a failure.
-		for region, n := range diskDiffs(t, diskA, diskB) {
-			if n == 0 {
-				continue
-			}
-			if region == "root-x86-64" {
-				t.Logf("image.raw: %d bytes of the root partition differ (the file system's metadata: the files are compared below)", n)
-				continue
-			}
-			t.Errorf("image.raw: %d bytes of %s differ", n, region)
+	checkDiskRecord(t, filepath.Join(outs[0], arts), diskA, verityUKI, true)
+	sumA, sumB := fileSHA256(t, diskA), fileSHA256(t, diskB)
+	if sumA == sumB {
+		t.Logf("%s: the same, SHA-256 %s", disk, sumA)
+		return
+	}
+	t.Errorf("%s differs: SHA-256 %s and %s", disk, sumA, sumB)
+	for region, n := range diskDiffs(t, diskA, diskB) {
+		if n != 0 {
+			t.Errorf("%s: %d bytes of %s differ", disk, n, region)
 		}
 	}
 	rootA, rootB := mountRoot(t, diskA), mountRoot(t, diskB)
@@ -118,8 +177,8 @@ func TestReproducibleMkosi(t *testing.T) {
 		lines := strings.Split(s, "\n")
 		t.Errorf("%d files differ between the two roots:\n%s", len(lines), strings.Join(lines[:min(len(lines), 200)], "\n"))
 	}
-	// File content, then what diff -r does not compare: type, mode,
-	// owner, size and modification time of every path.
+	// What diff -r does not compare: type, mode, owner, size and
+	// modification time of every path.
 	meta := func(dir string) string {
 		out, err := exec.Command("find", dir, "-printf", "%P %y %m %U %G %s %T@\n").Output()
 		must(t, err)
@@ -191,4 +250,124 @@ func diskDiffs(t *testing.T, a, b string) map[string]int {
 		t.Logf("partition %s (%s): %d of %d bytes differ", p.Name, p.Type, n, p.Size)
 	}
 	return diffs
+}
+
+// comparePackerRuns compares the GPU-owned state of two roots that
+// podvm-gpu built from the same base tree and inputs (the same
+// SOURCE_DATE_EPOCH) with ephemeral keys: the files the plan writes, the
+// files of the NVIDIA packages, DKMS's tree, the image kernel's extra
+// modules, the local repository and the layer's keyrings, each by type,
+// mode and content. They must be the same but for what the keys sign
+// (docs/mkosi.md, "Reproducible builds"): the modules, which carry the
+// build's module signature, the module certificate and the record of the
+// modules' signatures, and the repository's keyrings, signatures and
+// manifest.
+func comparePackerRuns(t *testing.T, a, b string) {
+	t.Helper()
+	paths := map[string]bool{}
+	for _, f := range gpuOwnedFiles(t, a, b) {
+		paths[f] = true
+	}
+	for pkg := range nvidiaPackages(dpkgInstalled(t, a)) {
+		lists, err := filepath.Glob(filepath.Join(a, "var/lib/dpkg/info", pkg+"*.list"))
+		must(t, err)
+		for _, l := range lists {
+			if n := strings.TrimSuffix(filepath.Base(l), ".list"); n != pkg && !strings.HasPrefix(n, pkg+":") {
+				continue
+			}
+			data, err := os.ReadFile(l)
+			must(t, err)
+			for _, f := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+				if f = strings.TrimPrefix(f, "/"); f != "" && f != "." {
+					paths[f] = true
+				}
+			}
+		}
+	}
+	kernels, err := filepath.Glob(filepath.Join(a, "usr/lib/modules/*/updates"))
+	must(t, err)
+	dirs := []string{"var/lib/dkms", "opt/local-packages", "usr/share/podvm-gpu"}
+	for _, k := range kernels {
+		rel, _ := filepath.Rel(a, k)
+		dirs = append(dirs, rel)
+	}
+	for _, root := range []string{a, b} {
+		for _, d := range dirs {
+			for _, line := range treeListing(t, filepath.Join(root, d)) {
+				paths[filepath.Join(d, strings.Fields(line)[0])] = true
+			}
+		}
+	}
+	keyDependent := func(p string) bool {
+		return strings.HasPrefix(p, "usr/lib/modules/") && strings.Contains(p, "/updates/") && strings.Contains(p, ".ko") ||
+			strings.HasPrefix(p, "usr/share/podvm-gpu/module-signing.") ||
+			slices.Contains([]string{"usr/share/podvm-gpu/module-signatures.tsv",
+				"usr/share/keyrings/podvm-local-packages.gpg", "opt/local-packages/InRelease", "opt/local-packages/Release.gpg",
+				"opt/local-packages/keyring.gpg", "opt/local-packages/manifest.json", "opt/local-packages/keyring.asc"}, p)
+	}
+	var same, keyed int
+	var differ []string
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
+		la, lb := pathListing(t, a, p), pathListing(t, b, p)
+		switch {
+		case la == lb:
+			same++
+		case keyDependent(p):
+			keyed++
+		default:
+			differ = append(differ, fmt.Sprintf("%s: %s | %s", p, la, lb))
+		}
+	}
+	t.Logf("GPU-owned paths of the two Packer builds: %d the same, %d differ by their keys", same, keyed)
+	if len(differ) > 0 {
+		t.Errorf("%d GPU-owned paths differ between two Packer builds from the same inputs:\n%s", len(differ), strings.Join(differ[:min(len(differ), 100)], "\n"))
+	}
+	if same == 0 || keyed == 0 {
+		t.Errorf("compared %d paths the same and %d key-dependent: the listing found nothing to compare", same, keyed)
+	}
+}
+
+// pathListing is one path below root by type, mode and content digest
+// (a link by its target); "absent" when there is none.
+func pathListing(t *testing.T, root, rel string) string {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "absent"
+	}
+	must(t, err)
+	switch {
+	case fi.Mode().IsRegular():
+		return fi.Mode().String() + " " + fileSHA256(t, p)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		must(t, err)
+		return fi.Mode().String() + " -> " + target
+	}
+	return fi.Mode().String()
+}
+
+// peDiffs names the sections in which two PE files (UKIs) differ, or
+// says nothing when they are not PE files.
+func peDiffs(a, b []byte) string {
+	fa, errA := pe.NewFile(bytes.NewReader(a))
+	fb, errB := pe.NewFile(bytes.NewReader(b))
+	if errA != nil || errB != nil {
+		return ""
+	}
+	var names []string
+	for _, sa := range fa.Sections {
+		sb := fb.Section(sa.Name)
+		if sb == nil {
+			names = append(names, sa.Name+" (in the first only)")
+			continue
+		}
+		da, _ := sa.Data()
+		db, _ := sb.Data()
+		if !bytes.Equal(da, db) {
+			names = append(names, fmt.Sprintf("%s (%d and %d bytes)", sa.Name, len(da), len(db)))
+		}
+	}
+	return ": sections " + strings.Join(names, ", ")
 }
