@@ -54,8 +54,9 @@ func e2eSettings(m toolkitMirror) []string {
 // minimal rootfs plays the GPU Operator's driver container and, with the
 // baked repository bind-mounted read-only and the ConfigMap's sources entry
 // as its only apt source, installs the kernel headers inside a network
-// namespace with no network at all. Then the two images are compared on
-// the GPU-owned state.
+// namespace with no network at all. example/local is built a second time
+// from the same inputs and the two roots compared on their GPU-owned files.
+// Then the Packer and mkosi images are compared on the GPU-owned state.
 //
 //	go test -tags e2e -run TestImageE2E -v -timeout 60m ./test/e2e/
 func TestImageE2E(t *testing.T) {
