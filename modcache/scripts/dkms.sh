@@ -88,6 +88,9 @@ restore)
 	fi
 	rm -f @RESTORE_TAR@
 	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; [ "$rc" -ne 86 ] || rc=1; exit "$rc"; }
+	# dkms add made an empty build directory, which a compiled build
+	# removes when it finishes: a restored build ends the same way.
+	rmdir "$tree/$name/$version/build" 2>/dev/null || true
 	;;
 build)
 	name=$1 version=$2 k=$3 a=$4
