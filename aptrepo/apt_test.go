@@ -237,14 +237,7 @@ func TestAptRefusesTampering(t *testing.T) {
 	// resign replaces Release, InRelease and Release.gpg with ones made by
 	// s from release, at signature time at.
 	resign := func(t *testing.T, dir string, s *Signer, release []byte, at time.Time) {
-		in, err := s.clearsign(release, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		det, err := s.detachSign(release, at)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, det := signBoth(t, s, release, at)
 		write(t, dir, ReleaseFile, release)
 		write(t, dir, InReleaseFile, in)
 		write(t, dir, ReleaseGPGFile, det)
@@ -428,6 +421,21 @@ func TestSqvAcceptsRepo(t *testing.T) {
 	if !bytes.Equal(append(msg, '\n'), readFile(t, filepath.Join(repo, ReleaseFile))) {
 		t.Error("InRelease's message differs from Release")
 	}
+}
+
+// signBoth signs msg at at both ways: clearsigned (InRelease) and
+// detached (Release.gpg).
+func signBoth(t *testing.T, s *Signer, msg []byte, at time.Time) (inRelease, releaseGPG []byte) {
+	t.Helper()
+	in, err := s.clearsign(msg, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	det, err := s.detachSign(msg, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, det
 }
 
 func write(t *testing.T, dir, name string, b []byte) {

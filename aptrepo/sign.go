@@ -112,17 +112,12 @@ func LoadSigner(path, passphraseEnv string, now time.Time) (*Signer, error) {
 	if selfSig == nil {
 		return nil, bad("has no valid self-signature")
 	}
-	if c := selfSig.CreationTime; c.After(now) && !c.After(wallClock()) {
-		now = c
-	}
-	if e.PrimaryKey.CreationTime.After(wallClock()) {
-		return nil, bad("is created in the future (%s)", e.PrimaryKey.CreationTime.UTC().Format(time.RFC3339))
+	if c := latest(e.PrimaryKey.CreationTime, selfSig.CreationTime); c.After(wallClock()) {
+		return nil, bad("is created in the future (%s)", c.UTC().Format(time.RFC3339))
 	}
 	// A key made after the build date (cloud-api-adaptor's trees set
 	// SOURCE_DATE_EPOCH=0) is checked, and signs, as of its creation.
-	if c := e.PrimaryKey.CreationTime; c.After(now) {
-		now = c
-	}
+	now = latest(now, e.PrimaryKey.CreationTime, selfSig.CreationTime)
 	if e.PrimaryKey.KeyExpired(selfSig, now) {
 		return nil, bad("expired on %s", keyExpiry(e.PrimaryKey, selfSig))
 	}
@@ -202,15 +197,8 @@ func newSigner(e *openpgp.Entity, key openpgp.Key, source string) (*Signer, erro
 	if err := writeArmored(&arm, openpgp.PublicKeyType, pub.Bytes()); err != nil {
 		return nil, err
 	}
-	from := e.PrimaryKey.CreationTime
-	for _, t := range []time.Time{key.PublicKey.CreationTime, sigTime(key.SelfSignature)} {
-		if t.After(from) {
-			from = t
-		}
-	}
-	if sig, _ := e.PrimarySelfSignature(); sigTime(sig).After(from) {
-		from = sigTime(sig)
-	}
+	primarySig, _ := e.PrimarySelfSignature()
+	from := latest(e.PrimaryKey.CreationTime, sigTime(primarySig), key.PublicKey.CreationTime, sigTime(key.SelfSignature))
 	return &Signer{
 		entity:      e,
 		key:         key,
@@ -220,6 +208,17 @@ func newSigner(e *openpgp.Entity, key openpgp.Key, source string) (*Signer, erro
 		armored:     arm.Bytes(),
 		source:      source,
 	}, nil
+}
+
+// latest is the latest of ts.
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 // sigTime is sig's creation time; the zero time for no signature.

@@ -120,26 +120,17 @@ func TestSignaturesVerify(t *testing.T) {
 func checkSigner(t *testing.T, s *Signer, msg []byte, date, want time.Time) {
 	t.Helper()
 	dir := t.TempDir()
-	in, err := s.clearsign(msg, date)
-	if err != nil {
-		t.Fatal(err)
+	in, det := signBoth(t, s, msg, date)
+	// write, returning the path.
+	put := func(n string, b []byte) string {
+		write(t, dir, n, b)
+		return filepath.Join(dir, n)
 	}
-	det, err := s.detachSign(msg, date)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(n string, b []byte) string {
-		p := filepath.Join(dir, n)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	release := write("Release", msg)
-	inRelease := write("InRelease", in)
-	releaseGPG := write("Release.gpg", det)
-	keyring := write("keyring.gpg", s.PublicKeyring())
-	write("keyring.asc", s.ArmoredPublicKey())
+	release := put("Release", msg)
+	inRelease := put("InRelease", in)
+	releaseGPG := put("Release.gpg", det)
+	keyring := put("keyring.gpg", s.PublicKeyring())
+	put("keyring.asc", s.ArmoredPublicKey())
 
 	for _, sig := range []*packet.Signature{parseSig(t, det), parseSig(t, clearsignedSig(t, in))} {
 		if sig.Hash != crypto.SHA512 && sig.Hash != crypto.SHA256 {
@@ -176,10 +167,10 @@ func checkSigner(t *testing.T, s *Signer, msg []byte, date, want time.Time) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, "gpgv", "--keyring", keyring, write("InRelease.n", in))
+			run(t, "gpgv", "--keyring", keyring, put("InRelease.n", in))
 		}
 		// An InRelease edited after signing fails.
-		bad := write("InRelease.bad", bytes.Replace(in, []byte("Origin: test"), []byte("Origin: evil"), 1))
+		bad := put("InRelease.bad", bytes.Replace(in, []byte("Origin: test"), []byte("Origin: evil"), 1))
 		runFails(t, "gpgv", "--keyring", keyring, bad)
 	}
 	sqvVerify(t, dir, keyring, msg, in, det)

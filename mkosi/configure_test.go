@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
@@ -32,6 +33,30 @@ func TestConfigureHashSeed(t *testing.T) {
 	if err := Write(dir, files, false); err != nil {
 		t.Fatal(err)
 	}
+	// Without jq the script says so and hands the configuration back as
+	// it came.
+	t.Run("no jq", func(t *testing.T) {
+		bin := t.TempDir()
+		for _, tool := range []string{"sh", "cat"} {
+			p, err := exec.LookPath(tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := `{"Seed":"` + seed + `","Environment":{}}`
+		cmd := exec.Command(filepath.Join(bin, "sh"), filepath.Join(dir, "mkosi.configure"))
+		cmd.Env = []string{"PATH=" + bin}
+		cmd.Stdin = strings.NewReader(in)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil || string(out) != in || !strings.Contains(stderr.String(), "jq not found") {
+			t.Errorf("without jq: %v, printed %q, said %q; want the input back and a word on stderr", err, out, stderr.String())
+		}
+	})
 	for _, m := range parsingMkosis(t) {
 		for _, tc := range []struct {
 			name, user, want string

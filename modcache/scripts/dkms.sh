@@ -22,6 +22,15 @@ unsigned_for() {
 	done
 	[ "$n" -gt 0 ] || { echo "podvm-gpu: no module in $2" >&2; return 1; }
 }
+# settle NAME VERSION K A: what is left of an installed build is the
+# same whether it was compiled or restored from the cache. A compile
+# leaves make.log beside the modules (with its times), which a restore
+# has not; dkms add makes an empty build directory, which a compile
+# removes and a restore would keep.
+settle() {
+	rm -rf "${tree:?}/$1/$2/$3/$4/log"
+	rmdir "$tree/$1/$2/build" 2>/dev/null || true
+}
 case $cmd in
 pending)
 	# Every DKMS source a package put in /usr/src with AUTOINSTALL (as
@@ -88,9 +97,7 @@ restore)
 	fi
 	rm -f @RESTORE_TAR@
 	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; [ "$rc" -ne 86 ] || rc=1; exit "$rc"; }
-	# dkms add made an empty build directory, which a compiled build
-	# removes when it finishes: a restored build ends the same way.
-	rmdir "$tree/$name/$version/build" 2>/dev/null || true
+	settle "$name" "$version" "$k" "$a"
 	;;
 build)
 	name=$1 version=$2 k=$3 a=$4
@@ -106,10 +113,7 @@ build)
 	*) exit "$rc" ;;
 	esac
 	dkms install -m "$name" -v "$version" -k "$k" -a "$a" || { rc=$?; case $rc in 86 | 87) rc=1 ;; esac; exit "$rc"; }
-	# A build ends as a restore does: DKMS keeps its make.log beside the
-	# modules, with the build's times in it, and a restored build has
-	# none, so the same inputs would give a different image.
-	rm -rf "${tree:?}/$name/$version/$k/$a/log"
+	settle "$name" "$version" "$k" "$a"
 	;;
 pack)
 	name=$1 version=$2 k=$3 a=$4
