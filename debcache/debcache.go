@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -215,8 +216,14 @@ func AddHashes(ws []Want, show string) []Want {
 	}
 	var out []Want
 	for _, w := range ws {
+		// apt escapes the URI ('+' as %2b, ':' as %3a) but not Filename:
+		// most of Debian's updates have a '+' in their version.
+		uri, err := url.PathUnescape(w.URI)
+		if err != nil {
+			continue
+		}
 		for _, r := range recs {
-			if strings.HasSuffix(w.URI, "/"+r.file) && r.size == strconv.FormatInt(w.Size, 10) {
+			if strings.HasSuffix(uri, "/"+r.file) && r.size == strconv.FormatInt(w.Size, 10) {
 				w.SHA256 = r.sha
 				out = append(out, w)
 				break

@@ -46,6 +46,32 @@ func TestParsePrintURIs(t *testing.T) {
 	}
 }
 
+// TestAddHashesEscapedURI: apt writes a version's '+' as %2b (and ':' as
+// %3a) in the URI, not in the index's Filename. The lines are real apt 2.6
+// output; missing them left every package of a Debian update uncached.
+func TestAddHashesEscapedURI(t *testing.T) {
+	out := `'http://deb.debian.org/debian/pool/main/g/glibc/libc6_2.36-9%2bdeb12u14_amd64.deb' libc6_2.36-9+deb12u14_amd64.deb 2759320 SHA256:ba4f88f73dbc3ae9055f3c20f4523bfdbaf1ad13ff95e258924f77d20b4fbedf
+'http://deb.example/debian/pool/main/a/attr/libattr1_1%3a2.5.2-3_amd64.deb' libattr1_1%3a2.5.2-3_amd64.deb 22000
+'http://deb.example/debian/pool/main/b/bad/bad_1%zz_amd64.deb' bad_1_amd64.deb 10
+`
+	ws, err := ParsePrintURIs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := "Package: libc6\nVersion: 2.36-9+deb12u14\nFilename: pool/main/g/glibc/libc6_2.36-9+deb12u14_amd64.deb\nSize: 2759320\nSHA256: " + strings.Repeat("ab", 32) + "\n\n" +
+		"Package: libattr1\nVersion: 1:2.5.2-3\nFilename: pool/main/a/attr/libattr1_1:2.5.2-3_amd64.deb\nSize: 22000\nSHA256: " + strings.Repeat("cd", 32) + "\n\n" +
+		"Package: bad\nVersion: 1\nFilename: pool/main/b/bad/bad_1%zz_amd64.deb\nSize: 10\nSHA256: " + strings.Repeat("ef", 32) + "\n"
+	got := AddHashes(ws, show)
+	var names []string
+	for _, w := range got {
+		names = append(names, w.Name+"="+w.Version)
+	}
+	// bad's URI does not unescape: left to apt.
+	if want := "libc6=2.36-9+deb12u14 libattr1=1:2.5.2-3"; strings.Join(names, " ") != want {
+		t.Errorf("AddHashes kept %q, want %q", names, want)
+	}
+}
+
 func TestSeedCollect(t *testing.T) {
 	s := New(t.TempDir(), 0)
 	archives := t.TempDir()
