@@ -397,18 +397,14 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 	os.Remove(esp)
 
 	b.Say(fmt.Sprintf("root: ext4 %q of %d MiB from the tree (%d MiB used), PARTUUID %s", rootLabel, l.RootSize/mib, used/mib, partUUID))
-	rootImg := filepath.Join(work, "root.img")
-	if err := makeSparse(rootImg, l.RootSize); err != nil {
-		return res, err
-	}
-	mk := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", rootLabel, "-E", "root_owner=0:0", "-d", b.Root, rootImg)
+	// Made in place, in the partition: no separate image to copy in.
+	// nodiscard: the range is a hole already, and the rest of the file
+	// (the partition tables) must stay.
+	mk := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", rootLabel,
+		"-E", fmt.Sprintf("root_owner=0:0,nodiscard,offset=%d", l.RootStart), "-d", b.Root, raw, fmt.Sprintf("%dk", l.RootSize/1024))
 	if err := runHost(ctx, mk); err != nil {
 		return res, fmt.Errorf("make the root file system: %w", err)
 	}
-	if err := copyInto(raw, l.RootStart, rootImg); err != nil {
-		return res, fmt.Errorf("write the root file system: %w", err)
-	}
-	os.Remove(rootImg)
 
 	final := filepath.Join(work, "disk.out")
 	switch b.Format {
