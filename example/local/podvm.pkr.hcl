@@ -114,11 +114,13 @@ build {
 
   # The image's own kernel, exactly one and current: the driver is built for
   # it, not for the host's. systemd-boot-efi gives the disk the image's own
-  # boot loader.
+  # boot loader. initramfs-tools goes first: installed with the kernel, its
+  # trigger would generate the kernel's initramfs a second time.
   provisioner "shell" {
     environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
     inline = [
-      "apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools systemd-boot-efi",
+      "apt-get install -y --no-install-recommends initramfs-tools",
+      "apt-get install -y --no-install-recommends linux-image-amd64 systemd-boot-efi",
     ]
   }
 

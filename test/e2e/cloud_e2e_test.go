@@ -57,7 +57,8 @@ const (
 const baseScript = `#!/bin/sh
 set -eu
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y --no-install-recommends linux-image-amd64 initramfs-tools systemd-boot-efi openssh-server sudo
+apt-get install -y --no-install-recommends initramfs-tools
+apt-get install -y --no-install-recommends linux-image-amd64 systemd-boot-efi openssh-server sudo
 new=$(dpkg-query -W -f='${Depends}' linux-image-amd64 | sed 's/[ ,(].*//')
 old=$(apt-cache search --names-only '^linux-image-[0-9.]+\+deb[0-9.]+-amd64$' | cut -d' ' -f1 | sort -uV | grep -B1 -x "$new" | head -n 1)
 [ -n "$old" ] && [ "$old" != "$new" ] || { echo "no kernel older than $new in the archive" >&2; exit 1; }
