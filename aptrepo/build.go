@@ -3,8 +3,11 @@ package aptrepo
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -77,6 +80,19 @@ type Options struct {
 	// AllDigests adds MD5, SHA1 and SHA512 to Packages and Release, for
 	// consumers older than apt's SHA256; apt itself needs SHA256 only.
 	AllDigests bool
+
+	// Checked, when set, remembers the .debs (by SHA256) whose data
+	// member decompressed in full: a rebuild from the same files skips
+	// that, the slowest part of indexing. Nil checks every file.
+	Checked Checked
+}
+
+// Checked is a set of SHA256 digests of .debs whose data member was
+// decompressed to its end and found sound. Implementations must be safe
+// for concurrent use.
+type Checked interface {
+	Has(sha256 string) bool
+	Add(sha256 string)
 }
 
 // Package is one .deb in the repository.
@@ -155,7 +171,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer st.cleanup()
 
-	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement, opts.AllDigests)
+	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement, opts.AllDigests, opts.Checked)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +454,7 @@ func FindDebs(dir string) ([]string, error) {
 // placement asks. Largest files go first so that no worker is left with a
 // big one at the end. Every file is read even after one fails, so that all
 // bad inputs are reported at once.
-func readAll(ctx context.Context, debs []debFile, dir string, placement Placement, allDigests bool) ([]Package, error) {
+func readAll(ctx context.Context, debs []debFile, dir string, placement Placement, allDigests bool, checked Checked) ([]Package, error) {
 	order := make([]int, len(debs))
 	for i := range order {
 		order[i] = i
@@ -454,7 +470,7 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				pkg, err := ingest(ctx, debs[i], dir, placement, allDigests)
+				pkg, err := ingest(ctx, debs[i], dir, placement, allDigests, checked)
 				if err != nil {
 					errs[i] = err
 					continue
@@ -483,7 +499,7 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 // ingest reads one .deb and, unless placement is IndexOnly, puts it into
 // dir: by a hard link where allowed, else by copying the very bytes that
 // were hashed, so Packages describes exactly the file in the repository.
-func ingest(ctx context.Context, deb debFile, dir string, placement Placement, allDigests bool) (*Package, error) {
+func ingest(ctx context.Context, deb debFile, dir string, placement Placement, allDigests bool, checked Checked) (*Package, error) {
 	src := deb.real
 	var dst *os.File
 	switch placement {
@@ -510,11 +526,23 @@ func ingest(ctx context.Context, deb debFile, dir string, placement Placement, a
 		return nil, err
 	}
 	defer f.Close()
+	known := ""
+	if checked != nil {
+		if known, err = fileSHA256(f); err != nil {
+			return nil, fmt.Errorf("%s: %w", deb.path, err)
+		}
+		if !checked.Has(known) {
+			known = ""
+		}
+	}
 	var info *debInfo
 	if dst != nil {
-		info, err = readDebDigests(ctx, f, dst, allDigests)
+		info, err = readDebDigests(ctx, f, dst, allDigests, known == "")
 	} else {
-		info, err = readDebDigests(ctx, f, nil, allDigests)
+		info, err = readDebDigests(ctx, f, nil, allDigests, known == "")
+	}
+	if err == nil && known != "" && info.sha256 != known {
+		err = fmt.Errorf("changed while it was read")
 	}
 	if err != nil {
 		var ce *copyError
@@ -534,6 +562,9 @@ func ingest(ctx context.Context, deb debFile, dir string, placement Placement, a
 	name, version, arch, err := info.control.identity()
 	if err != nil {
 		return nil, fmt.Errorf("%s: control file: %w", deb.path, err)
+	}
+	if checked != nil && known == "" {
+		checked.Add(info.sha256)
 	}
 	return &Package{
 		Name:         name,
@@ -647,4 +678,17 @@ func DateFromEnvironment() (time.Time, error) {
 		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want a non-negative integer of seconds", v)
 	}
 	return time.Unix(secs, 0).UTC(), nil
+}
+
+// fileSHA256 is the SHA256 of f's contents, read from its start; f is
+// left at its start again.
+func fileSHA256(f *os.File) (string, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

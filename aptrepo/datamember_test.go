@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -78,5 +79,67 @@ func TestReadDebCorruptData(t *testing.T) {
 	_, err := Build(context.Background(), Options{DebDir: dir, Out: filepath.Join(t.TempDir(), "r"), Date: testDate, Signer: testSigner(t, testDate)})
 	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "data.tar.xz is corrupt") {
 		t.Errorf("Build with a corrupt data member: %v", err)
+	}
+}
+
+// memo is an in-memory Checked.
+type memo struct {
+	mu  sync.Mutex
+	set map[string]bool
+}
+
+func (m *memo) Has(s string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.set[s] }
+func (m *memo) Add(s string)      { m.mu.Lock(); defer m.mu.Unlock(); m.set[s] = true }
+
+// TestBuildChecked: with Options.Checked, a .deb's data member is
+// decompressed once; the files that passed are remembered by SHA256, a
+// corrupt one is not, and a remembered digest skips the decompression
+// (shown with a corrupt member that is indexed once its digest is known).
+func TestBuildChecked(t *testing.T) {
+	dir := t.TempDir()
+	smallRepoDebs(t, dir)
+	good, err := FindDebs(dir)
+	if err != nil || len(good) == 0 {
+		t.Fatalf("FindDebs: %v, %v", good, err)
+	}
+	payload := tarBytes(t, "./usr/share/doc/x/README", strings.Repeat("hello\n", 4000))
+	data := compress(t, "xz", payload)
+	data[len(data)/2] ^= 0x55
+	ctl := compress(t, "gz", tarBytes(t, "./control", controlText("broken", "1", "all", "")))
+	broken := filepath.Join(dir, "broken_1_all.deb")
+	if err := os.WriteFile(broken, arBytes(arMember{"debian-binary", []byte("2.0\n")}, arMember{"control.tar.gz", ctl}, arMember{"data.tar.xz", data}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := func(p string) string {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		s, err := fileSHA256(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	build := func(m *memo) error {
+		_, err := Build(context.Background(), Options{DebDir: dir, Out: filepath.Join(t.TempDir(), "r"), Date: testDate, Signer: testSigner(t, testDate), Checked: m})
+		return err
+	}
+	m := &memo{set: map[string]bool{}}
+	if err := build(m); err == nil || !strings.Contains(err.Error(), "data.tar.xz is corrupt") {
+		t.Fatalf("Build with a corrupt member and an empty memo: %v", err)
+	}
+	for _, p := range good {
+		if !m.Has(sum(p)) {
+			t.Errorf("%s checked but not remembered", p)
+		}
+	}
+	if m.Has(sum(broken)) {
+		t.Error("the corrupt .deb was remembered as sound")
+	}
+	m.Add(sum(broken))
+	if err := build(m); err != nil {
+		t.Errorf("a remembered digest was decompressed again: %v", err)
 	}
 }

@@ -126,12 +126,13 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, rea
 // the control file and digests every byte. The whole file is never held in
 // memory. If copyTo is not nil, every byte read is written to it as well.
 func readDeb(ctx context.Context, r io.Reader, copyTo io.Writer) (*debInfo, error) {
-	return readDebDigests(ctx, r, copyTo, true)
+	return readDebDigests(ctx, r, copyTo, true, true)
 }
 
 // readDebDigests is readDeb computing SHA256 only, or with all also MD5,
-// SHA1 and SHA512.
-func readDebDigests(ctx context.Context, r io.Reader, copyTo io.Writer, all bool) (*debInfo, error) {
+// SHA1 and SHA512; without verifyData the data member is hashed but not
+// decompressed (the caller knows these very bytes decompress).
+func readDebDigests(ctx context.Context, r io.Reader, copyTo io.Writer, all, verifyData bool) (*debInfo, error) {
 	hr := newHashingReader(ctx, r, copyTo, all)
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(hr)
@@ -139,7 +140,7 @@ func readDebDigests(ctx context.Context, r io.Reader, copyTo io.Writer, all bool
 		br.Reset(nil)
 		readerPool.Put(br)
 	}()
-	control, err := parseAr(br)
+	control, err := parseAr(br, verifyData)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +164,7 @@ const (
 // parseAr walks the ar members of a .deb (deb(5)): debian-binary first,
 // then control.tar[.gz|.xz|.zst], then data.tar*; members named "_..." are
 // reserved for local use and skipped, as are members after data.tar.
-func parseAr(br *bufio.Reader) (Paragraph, error) {
+func parseAr(br *bufio.Reader, verifyData bool) (Paragraph, error) {
 	var magic [len(arMagic)]byte
 	if _, err := io.ReadFull(br, magic[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -248,6 +249,9 @@ func parseAr(br *bufio.Reader) (Paragraph, error) {
 				return nil, fmt.Errorf("%s comes before the control member", name)
 			}
 			sawData = true
+			if !verifyData {
+				break
+			}
 			// apt checks only the whole file's digest, which a corrupt
 			// member passes: dpkg would fail at install time, on the node.
 			if err := verifyDataMember(name, body); err != nil {

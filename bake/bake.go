@@ -108,6 +108,8 @@ type IndexInput struct {
 	// Spec.Repo.SigningKey to it.
 	KeyFile string
 	Date    time.Time
+	// Checked remembers the .debs already found sound (nil: check all).
+	Checked aptrepo.Checked
 }
 
 // Signer is the repository's signer: the key file, or a fresh Ed25519
@@ -131,7 +133,7 @@ func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
 	res, err := aptrepo.Build(ctx, aptrepo.Options{
 		DebDir: in.DebDir, Out: in.OutDir, Placement: aptrepo.IndexOnly,
 		Origin: origin, Label: label, Date: in.Date, Signer: signer,
-		AllDigests: s.Repo.AllDigests,
+		AllDigests: s.Repo.AllDigests, Checked: in.Checked,
 	})
 	if err != nil {
 		signer.Discard()

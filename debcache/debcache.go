@@ -485,18 +485,79 @@ func (s *Store) Prune() error {
 			files = append(files, file{name, fi.Size(), fi.ModTime()})
 		}
 	}
-	if s.MaxSize <= 0 {
-		return nil
+	if s.MaxSize > 0 {
+		sort.Slice(files, func(i, j int) bool { return files[i].used.After(files[j].used) })
+		var total int64
+		for _, f := range files {
+			total += f.size
+			if total > s.MaxSize {
+				_ = unix.Unlinkat(int(top.Fd()), f.name, 0)
+			}
+		}
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].used.After(files[j].used) })
-	var total int64
-	for _, f := range files {
-		total += f.size
-		if total > s.MaxSize {
-			_ = unix.Unlinkat(int(top.Fd()), f.name, 0)
+	// A marker goes with its .deb.
+	for _, de := range des {
+		if sum, ok := strings.CutSuffix(de.Name(), soundSuffix); ok && validSHA256(sum) {
+			if !regularAt(top, sum+".deb") {
+				_ = unix.Unlinkat(int(top.Fd()), de.Name(), 0)
+			}
 		}
 	}
 	return nil
+}
+
+// soundSuffix names a Sound marker: <sha256>.sound beside <sha256>.deb.
+const soundSuffix = ".sound"
+
+// Sound is the set of cached .debs whose data member the repository
+// indexer decompressed to its end and found sound (an aptrepo.Checked):
+// a rebuild's bake then reads only their digests. A member is an empty
+// marker file beside the .deb, kept only while the .deb is in the store.
+type Sound struct{ s *Store }
+
+// Sound is the store's set of checked .debs.
+func (s *Store) Sound() Sound { return Sound{s} }
+
+// Has reports whether the .deb with this SHA256 was found sound and is
+// still in the store.
+func (v Sound) Has(sum string) bool {
+	if !validSHA256(sum) {
+		return false
+	}
+	top, err := v.s.open(false)
+	if err != nil {
+		return false
+	}
+	defer top.Close()
+	return regularAt(top, sum+soundSuffix) && regularAt(top, sum+".deb")
+}
+
+// Add records the .deb with this SHA256 as sound, when it is in the
+// store. A marker that cannot be written costs the next build a
+// decompression, no more.
+func (v Sound) Add(sum string) {
+	if !validSHA256(sum) {
+		return
+	}
+	top, err := v.s.open(false)
+	if err != nil {
+		return
+	}
+	defer top.Close()
+	if !regularAt(top, sum+".deb") {
+		return
+	}
+	fd, err := unix.Openat(int(top.Fd()), sum+soundSuffix, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err == nil {
+		unix.Close(fd)
+	}
+}
+
+// regularAt reports whether name, relative to the directory dir and not
+// followed if a link, is a regular file.
+func regularAt(dir *os.File, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // Around runs an apt command that downloads into apt's archive directory,

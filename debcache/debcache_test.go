@@ -284,3 +284,50 @@ func TestLinksInTheImageAreNotFollowed(t *testing.T) {
 		t.Errorf("collect through a link: %d, %v", n, err)
 	}
 }
+
+// TestSound: a .deb is remembered as sound only while the store holds it;
+// Prune drops a marker with its .deb; a marker that is a link counts for
+// nothing.
+func TestSound(t *testing.T) {
+	s := New(t.TempDir(), 0)
+	archives := t.TempDir()
+	a, b := []byte("package a"), []byte("package b")
+	wa, wb := want("a_1_amd64.deb", a), want("b_1_amd64.deb", b)
+	must(t, os.WriteFile(filepath.Join(archives, wa.File), a, 0o644))
+	if _, err := s.Collect([]Want{wa}, archives); err != nil {
+		t.Fatal(err)
+	}
+	v := s.Sound()
+	if v.Has(wa.SHA256) {
+		t.Fatal("sound before Add")
+	}
+	v.Add(wa.SHA256)
+	v.Add(wb.SHA256) // not in the store: not recorded
+	v.Add("../../x")
+	if !v.Has(wa.SHA256) || v.Has(wb.SHA256) || v.Has("../../x") {
+		t.Fatalf("Has: a %v, b %v", v.Has(wa.SHA256), v.Has(wb.SHA256))
+	}
+	if _, err := os.Lstat(filepath.Join(s.Dir, wb.SHA256+soundSuffix)); err == nil {
+		t.Error("a marker was written for a .deb the store does not hold")
+	}
+
+	// The .deb goes (evicted, or removed by hand): so does its marker.
+	must(t, os.Remove(filepath.Join(s.Dir, wa.SHA256+".deb")))
+	if v.Has(wa.SHA256) {
+		t.Error("sound without its .deb")
+	}
+	must(t, s.Prune())
+	if _, err := os.Lstat(filepath.Join(s.Dir, wa.SHA256+soundSuffix)); err == nil {
+		t.Error("Prune kept the marker of a .deb that is gone")
+	}
+
+	// A link in the marker's place is not a marker.
+	must(t, os.WriteFile(filepath.Join(archives, wa.File), a, 0o644))
+	if _, err := s.Collect([]Want{wa}, archives); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Symlink(filepath.Join(s.Dir, wa.SHA256+".deb"), filepath.Join(s.Dir, wa.SHA256+soundSuffix)))
+	if v.Has(wa.SHA256) {
+		t.Error("a link counted as a marker")
+	}
+}

@@ -124,7 +124,11 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	e.ui.Say("indexing and signing on the build host")
 
 	date := e.plan.Timestamp
-	res, err := e.indexer(ctx, e.spec, bake.IndexInput{DebDir: debDir, OutDir: outDir, KeyFile: b.SigningKey, Date: date})
+	in := bake.IndexInput{DebDir: debDir, OutDir: outDir, KeyFile: b.SigningKey, Date: date}
+	if e.debs != nil {
+		in.Checked = e.debs.Sound()
+	}
+	res, err := e.indexer(ctx, e.spec, in)
 	if err != nil {
 		return fmt.Errorf("indexing and signing on the build host: %w", err)
 	}
