@@ -2,6 +2,10 @@
 # Benchmark: a whole GPU image build, four ways in one run, side by side.
 #
 #   sudo bench/build/run.sh            (from anywhere; about 45 minutes)
+#   sudo bench/build/run.sh rebuild    only 1 and 2 below (about 10 minutes)
+#
+# BENCH_LOGS=DIR keeps each contender's log there (packer's lines carry
+# timestamps, to see where a build spends its time).
 #
 #   1. make image, cold: a fresh cache (no base tree, no packages), as a
 #      first build on a new machine; the pinned packer binary is reused,
@@ -21,6 +25,7 @@
 # average before each contender, and the three ratios issue goals name.
 set -euo pipefail
 
+case "${1:-all}" in all|rebuild) which=${1:-all} ;; *) echo "usage: run.sh [all|rebuild]" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "run.sh: run as root (debootstrap, chroot, packer's chroot builder)" >&2; exit 1; }
 for tool in make debootstrap chroot /usr/bin/time awk; do
 	command -v "$tool" >/dev/null || { echo "run.sh: $tool is not installed (make deps installs the rest)" >&2; exit 1; }
@@ -29,6 +34,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${PODVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvm}
 WORK=$(mktemp -d /var/tmp/podvm-bench.XXXXXX)
 cleanup() {
+	if [ -n "${BENCH_LOGS:-}" ]; then
+		mkdir -p "$BENCH_LOGS"
+		cp "$WORK"/*.log "$BENCH_LOGS"/ 2>/dev/null || true
+	fi
 	for m in proc sys dev; do umount -R -l "$WORK/hand/$m" 2>/dev/null || true; done
 	rm -rf "$WORK"
 }
@@ -41,6 +50,33 @@ export PACKER="$CACHE/tools/packer-$PACKER_VERSION"
 [ -x "$PACKER" ] || make -C "$ROOT" tools >&2
 
 declare -A wall load
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+# seconds LOG PATTERN: the summed "done in" durations (Go's 1m2.5s, 300ms
+# forms) of the log's lines that match PATTERN.
+seconds() {
+	sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E "$2" | sed -n 's/.*: done in \([0-9.hms]*\)$/\1/p' | awk '
+		{ t = 0; s = $0
+		  if (match(s, /[0-9.]+h/)) { t += substr(s, RSTART, RLENGTH - 1) * 3600 }
+		  if (match(s, /[0-9.]+m[^s]/) || match(s, /[0-9.]+m$/)) { t += substr(s, RSTART, RLENGTH - 1) * 60 }
+		  if (match(s, /[0-9.]+ms/)) { t += substr(s, RSTART, RLENGTH - 2) / 1000 }
+		  else if (match(s, /[0-9.]+s/)) { t += substr(s, RSTART, RLENGTH - 1) }
+		  sum += t }
+		END { printf "%.0f", sum }'
+}
+# steps: the podvm-gpu steps of the cold and the warm make image.
+steps() {
+	cat <<EOF
+The podvm-gpu steps of the cold and the warm make image:
+
+| step | cold | warm |
+|---|---|---|
+EOF
+	sed 's/\x1b\[[0-9;]*m//g' "$WORK/image-cold.log" | sed -n 's/.*\] \([a-z-]*\): done in .*/\1/p' | while read -r l; do
+		echo "| $l | $(seconds "$WORK/image-cold.log" "\\] $l: done in") s | $(seconds "$WORK/image-warm.log" "\\] $l: done in") s |"
+	done
+}
+
 measure() { # name command...
 	local name=$1
 	shift
@@ -58,9 +94,26 @@ measure() { # name command...
 fresh="$WORK/cache"
 mkdir -p "$fresh/tools"
 ln -s "$PACKER" "$fresh/tools/packer-$PACKER_VERSION"
-image() { make -C "$ROOT" image PODVM_CACHE="$fresh" PACKER="$PACKER"; }
+image() { make -C "$ROOT" image PODVM_CACHE="$fresh" PACKER="$PACKER" PACKER_ARGS=-timestamp-ui; }
 measure image-cold image
 measure image-warm image
+if [ "$which" = rebuild ]; then
+	cat <<EOF
+Measured $(date -u +%Y-%m-%d) on $(nproc) CPUs, $(uname -r); container toolkit: $NVIDIA_CONTAINER_TOOLKIT.
+
+| | wall (s) | load average before |
+|---|---|---|
+| make image, cold cache | ${wall[image-cold]} | ${load[image-cold]} |
+| make image, same inputs again | ${wall[image-warm]} | ${load[image-warm]} |
+
+| ratio | value | goal |
+|---|---|---|
+| second make image / first | $(ratio "${wall[image-warm]}" "${wall[image-cold]}") | at most 0.35 |
+
+$(steps)
+EOF
+	exit 0
+fi
 
 # 3: mkosi, same settings, its own fresh package cache.
 mkosi_build() {
@@ -83,20 +136,6 @@ hand() {
 }
 measure hand hand
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-
-# seconds LOG PATTERN: the summed "done in" durations (Go's 1m2.5s, 300ms
-# forms) of the log's lines that match PATTERN.
-seconds() {
-	sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E "$2" | sed -n 's/.*: done in \([0-9.hms]*\)$/\1/p' | awk '
-		{ t = 0; s = $0
-		  if (match(s, /[0-9.]+h/)) { t += substr(s, RSTART, RLENGTH - 1) * 3600 }
-		  if (match(s, /[0-9.]+m[^s]/) || match(s, /[0-9.]+m$/)) { t += substr(s, RSTART, RLENGTH - 1) * 60 }
-		  if (match(s, /[0-9.]+ms/)) { t += substr(s, RSTART, RLENGTH - 2) / 1000 }
-		  else if (match(s, /[0-9.]+s/)) { t += substr(s, RSTART, RLENGTH - 1) }
-		  sum += t }
-		END { printf "%.0f", sum }'
-}
 # What make image does that the hand path does not: keep the base tree,
 # bake and sign the repository, sign and verify the modules, write the
 # bootable disk. The rest is the same apt and DKMS work plus the plugin's
@@ -120,11 +159,5 @@ Measured $(date -u +%Y-%m-%d) on $(nproc) CPUs, $(uname -r); container toolkit: 
 | make image / by hand (cold) | $(ratio "${wall[image-cold]}" "${wall[hand]}") | |
 | make image without the work by hand lacks (${extra} s: base tree kept, repository baked and signed, modules signed and verified, disk written) / by hand | $(ratio "$same" "${wall[hand]}") | at most 1.05 |
 
-The podvm-gpu steps of the cold and the warm make image:
-
-| step | cold | warm |
-|---|---|---|
-$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/image-cold.log" | sed -n 's/.*\] \([a-z-]*\): done in .*/\1/p' | while read -r l; do
-	echo "| $l | $(seconds "$WORK/image-cold.log" "\\] $l: done in") s | $(seconds "$WORK/image-warm.log" "\\] $l: done in") s |"
-done)
+$(steps)
 EOF
