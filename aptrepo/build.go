@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 )
@@ -113,6 +114,9 @@ type Package struct {
 	Source string `json:"-"`
 
 	control Paragraph
+	// knownSound: Options.Checked knew the file; its data member was not
+	// decompressed.
+	knownSound bool
 }
 
 // Control returns the package's control paragraph as found in the .deb.
@@ -126,6 +130,9 @@ type Result struct {
 	Fingerprint string        `json:"fingerprint"`
 	Files       []string      `json:"files"` // index and key files written, by base name
 	Elapsed     time.Duration `json:"elapsed_ns"`
+	// KnownSound counts the .debs Options.Checked knew: hashed, not
+	// decompressed again.
+	KnownSound int `json:"known_sound"`
 }
 
 // maxDateSkew is how far Date may lie ahead of this host's clock. apt
@@ -171,7 +178,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer st.cleanup()
 
-	pkgs, err := readAll(ctx, debs, st.dir, opts.Placement, opts.AllDigests, opts.Checked)
+	pkgs, known, err := readAll(ctx, debs, st.dir, opts.Placement, opts.AllDigests, opts.Checked)
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +218,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		Packages:    pkgs,
 		Fingerprint: opts.Signer.Fingerprint(),
 		Files:       names,
+		KnownSound:  known,
 	}
 	for _, p := range pkgs {
 		res.TotalBytes += p.Size
@@ -454,7 +462,7 @@ func FindDebs(dir string) ([]string, error) {
 // placement asks. Largest files go first so that no worker is left with a
 // big one at the end. Every file is read even after one fails, so that all
 // bad inputs are reported at once.
-func readAll(ctx context.Context, debs []debFile, dir string, placement Placement, allDigests bool, checked Checked) ([]Package, error) {
+func readAll(ctx context.Context, debs []debFile, dir string, placement Placement, allDigests bool, checked Checked) ([]Package, int, error) {
 	order := make([]int, len(debs))
 	for i := range order {
 		order[i] = i
@@ -463,6 +471,7 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 
 	pkgs := make([]Package, len(debs))
 	errs := make([]error, len(debs))
+	var known atomic.Int64
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(debs)) {
@@ -474,6 +483,9 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 				if err != nil {
 					errs[i] = err
 					continue
+				}
+				if pkg.knownSound {
+					known.Add(1)
 				}
 				pkgs[i] = *pkg
 			}
@@ -488,12 +500,12 @@ func readAll(ctx context.Context, debs []debFile, dir string, placement Placemen
 	close(jobs)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return pkgs, nil
+	return pkgs, int(known.Load()), nil
 }
 
 // ingest reads one .deb and, unless placement is IndexOnly, puts it into
@@ -581,6 +593,7 @@ func ingest(ctx context.Context, deb debFile, dir string, placement Placement, a
 		Provides:     info.control.Value("Provides"),
 		Source:       deb.path,
 		control:      info.control,
+		knownSound:   known != "",
 	}, nil
 }
 

@@ -122,8 +122,10 @@ func TestBuildChecked(t *testing.T) {
 		}
 		return s
 	}
+	var res *Result
 	build := func(m *memo) error {
-		_, err := Build(context.Background(), Options{DebDir: dir, Out: filepath.Join(t.TempDir(), "r"), Date: testDate, Signer: testSigner(t, testDate), Checked: m})
+		var err error
+		res, err = Build(context.Background(), Options{DebDir: dir, Out: filepath.Join(t.TempDir(), "r"), Date: testDate, Signer: testSigner(t, testDate), Checked: m})
 		return err
 	}
 	m := &memo{set: map[string]bool{}}
@@ -140,6 +142,9 @@ func TestBuildChecked(t *testing.T) {
 	}
 	m.Add(sum(broken))
 	if err := build(m); err != nil {
-		t.Errorf("a remembered digest was decompressed again: %v", err)
+		t.Fatalf("a remembered digest was decompressed again: %v", err)
+	}
+	if res.KnownSound != len(good)+1 {
+		t.Errorf("KnownSound %d, want %d", res.KnownSound, len(good)+1)
 	}
 }

@@ -79,8 +79,10 @@ func SpecFor(p *gpustack.Plan, generator string) (Spec, error) {
 
 // Index is a signed repository index on the build host.
 type Index struct {
-	Files       []string // base names written into the output directory
-	Packages    []aptrepo.Package
+	Files    []string // base names written into the output directory
+	Packages []aptrepo.Package
+	// KnownSound counts the .debs IndexInput.Checked knew.
+	KnownSound  int
 	Fingerprint string
 	Keyring     []byte // binary public keyring
 	ArmoredKey  []byte
@@ -142,6 +144,7 @@ func IndexRepo(ctx context.Context, s Spec, in IndexInput) (*Index, error) {
 	return &Index{
 		Files:       res.Files,
 		Packages:    res.Packages,
+		KnownSound:  res.KnownSound,
 		Fingerprint: res.Fingerprint,
 		Keyring:     signer.PublicKeyring(),
 		ArmoredKey:  signer.ArmoredPublicKey(),

@@ -180,7 +180,11 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err := sres.check(swap); err != nil {
 		return err
 	}
-	e.ui.Say(fmt.Sprintf("repository %s: %d packages, key %s", b.Dir, len(res.Packages), res.Fingerprint))
+	known := ""
+	if in.Checked != nil {
+		known = fmt.Sprintf(" (%d found sound by an earlier build, not decompressed again)", res.KnownSound)
+	}
+	e.ui.Say(fmt.Sprintf("repository %s: %d packages%s, key %s", b.Dir, len(res.Packages), known, res.Fingerprint))
 	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest, bom, res.Sign)
 }
 

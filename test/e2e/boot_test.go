@@ -379,6 +379,13 @@ func assertNoNouveauInUKI(t *testing.T, uki string) {
 	}
 	data, err := sec.Data()
 	must(t, err)
+	assertNoNouveauInInitrd(t, uki, data)
+}
+
+// assertNoNouveauInInitrd is assertNoNouveauInUKI for the initrd data
+// (from a UKI, or initramfs-tools' file) of what.
+func assertNoNouveauInInitrd(t *testing.T, what string, data []byte) {
+	t.Helper()
 	var names []string
 	names = append(names, cpioNames(data)...)
 	magic := []byte{0x28, 0xb5, 0x2f, 0xfd}
@@ -408,12 +415,12 @@ func assertNoNouveauInUKI(t *testing.T, uki string) {
 		}
 	}
 	if virtio == 0 {
-		t.Fatalf("listed no virtio module in the initrd of %s (%d files, %d MiB compressed)", uki, len(names), len(data)>>20)
+		t.Fatalf("listed no virtio module in the initrd of %s (%d files, %d MiB compressed)", what, len(names), len(data)>>20)
 	}
 	if len(nouveau) > 0 {
-		t.Errorf("nouveau is in the initrd of %s: %v", uki, nouveau)
+		t.Errorf("nouveau is in the initrd of %s: %v", what, nouveau)
 	} else {
-		t.Logf("initrd of %s: %d files, %d virtio modules, no nouveau module", filepath.Base(uki), len(names), virtio)
+		t.Logf("initrd of %s: %d files, %d virtio modules, no nouveau module", filepath.Base(what), len(names), virtio)
 	}
 }
 

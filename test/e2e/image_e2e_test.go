@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -84,6 +85,16 @@ func TestImageE2E(t *testing.T) {
 		logDisk(t, disk)
 		spec := imageSpec(t, rootfs, arts)
 		spec.AgentUnits = agentUnits(t, agents)
+		// The example generates the initramfs once, after the GPU layer:
+		// its nouveau hook must have applied.
+		initrds, err := filepath.Glob(filepath.Join(rootfs, "boot/initrd.img-*"))
+		must(t, err)
+		if len(initrds) != 1 {
+			t.Fatalf("the image has %d initramfs files, want one: %v", len(initrds), initrds)
+		}
+		data, err := os.ReadFile(initrds[0])
+		must(t, err)
+		assertNoNouveauInInitrd(t, initrds[0], data)
 		assertBoot(t, bootCheck(t, disk, spec), spec)
 	})
 
@@ -179,6 +190,9 @@ func buildWithPacker(t *testing.T, env *builderEnv, root, agents string, setting
 		t.Error("the provisioner did not learn from the builder that its target is a chroot")
 	}
 	assertModuleCache(t, "packer build", out.String(), cache)
+	if cache == "restored" {
+		assertKnownSound(t, out.String())
+	}
 	want := "podvm-gpu: pod VM: agent stack from " + agents + ": units " + strings.Join(agentUnits(t, agents), " ")
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("the build log lacks %q", want)
@@ -304,6 +318,24 @@ func assertModuleCache(t *testing.T, what, log, want string) {
 	}
 	if want == "restored" && strings.Contains(log, "building nvidia-") {
 		t.Errorf("%s: built a module with DKMS although the cache had it", what)
+	}
+}
+
+// repoLineRe is the bake's summary line with the .deb cache on.
+var repoLineRe = regexp.MustCompile(`repository \S+: ([0-9]+) packages \(([0-9]+) found sound by an earlier build`)
+
+// assertKnownSound: a rebuild from the same cache indexes every package
+// without decompressing it again (the first build checked them all).
+func assertKnownSound(t *testing.T, log string) {
+	t.Helper()
+	m := repoLineRe.FindStringSubmatch(log)
+	if m == nil {
+		t.Errorf("the rebuild's log has no repository line with the packages found sound before")
+		return
+	}
+	t.Logf("rebuild: %s", m[0])
+	if m[1] != m[2] {
+		t.Errorf("the rebuild decompressed .debs an earlier build had checked: %s of %s known", m[2], m[1])
 	}
 }
 
