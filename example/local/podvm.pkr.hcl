@@ -114,13 +114,15 @@ build {
 
   # The image's own kernel, exactly one and current: the driver is built for
   # it, not for the host's. systemd-boot-efi gives the disk the image's own
-  # boot loader. initramfs-tools goes first: installed with the kernel, its
-  # trigger would generate the kernel's initramfs a second time.
+  # boot loader. The kernel's initramfs is generated once, by the last
+  # provisioner, after everything that changes what goes into it (the GPU
+  # layer's modules and hooks): INITRD=No skips the kernel package's own,
+  # and initramfs-tools goes first, so that its trigger finds no kernel.
   provisioner "shell" {
     environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
     inline = [
       "apt-get install -y --no-install-recommends initramfs-tools",
-      "apt-get install -y --no-install-recommends linux-image-amd64 systemd-boot-efi",
+      "INITRD=No apt-get install -y --no-install-recommends linux-image-amd64 systemd-boot-efi",
     ]
   }
 
@@ -150,6 +152,14 @@ build {
   provisioner "podvm-gpu" {
     output_dir     = var.artifacts_directory
     podvm_binaries = var.podvm_binaries == "" ? "" : abspath(var.podvm_binaries)
+  }
+
+  # The initramfs of every kernel that has none yet: all of them here (see
+  # the kernel's provisioner). podvm-gpu updates only existing ones.
+  provisioner "shell" {
+    inline = [
+      "for k in $(linux-version list); do [ -e \"/boot/initrd.img-$k\" ] || update-initramfs -c -k \"$k\"; done",
+    ]
   }
 
   # The disk's SHA-256 beside the manifest (disk.json), once the disk exists.
