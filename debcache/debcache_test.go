@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func want(file string, data []byte) Want {
@@ -47,8 +50,8 @@ func TestParsePrintURIs(t *testing.T) {
 }
 
 // TestAddHashesEscapedURI: apt writes a version's '+' as %2b (and ':' as
-// %3a) in the URI, not in the index's Filename. The lines are real apt 2.6
-// output; missing them left every package of a Debian update uncached.
+// %3a) in the URI, not in the index's Filename. The first line is real apt
+// 2.6 output; missing it left every package of a Debian update uncached.
 func TestAddHashesEscapedURI(t *testing.T) {
 	out := `'http://deb.debian.org/debian/pool/main/g/glibc/libc6_2.36-9%2bdeb12u14_amd64.deb' libc6_2.36-9+deb12u14_amd64.deb 2759320 SHA256:ba4f88f73dbc3ae9055f3c20f4523bfdbaf1ad13ff95e258924f77d20b4fbedf
 'http://deb.example/debian/pool/main/a/attr/libattr1_1%3a2.5.2-3_amd64.deb' libattr1_1%3a2.5.2-3_amd64.deb 22000
@@ -329,5 +332,19 @@ func TestSound(t *testing.T) {
 	must(t, os.Symlink(filepath.Join(s.Dir, wa.SHA256+".deb"), filepath.Join(s.Dir, wa.SHA256+soundSuffix)))
 	if v.Has(wa.SHA256) {
 		t.Error("a link counted as a marker")
+	}
+
+	// Nor is a FIFO, and adding over one does not hang.
+	must(t, os.Remove(filepath.Join(s.Dir, wa.SHA256+soundSuffix)))
+	must(t, unix.Mkfifo(filepath.Join(s.Dir, wa.SHA256+soundSuffix), 0o644))
+	done := make(chan struct{})
+	go func() { v.Add(wa.SHA256); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Add hangs on a FIFO in the marker's place")
+	}
+	if v.Has(wa.SHA256) {
+		t.Error("a FIFO counted as a marker")
 	}
 }

@@ -380,7 +380,21 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 	if err := makeSparse(raw, l.Size); err != nil {
 		return res, err
 	}
-	sf := exec.CommandContext(ctx, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", raw)
+	b.Say(fmt.Sprintf("root: ext4 %q of %d MiB from the tree (%d MiB used), PARTUUID %s", rootLabel, l.RootSize/mib, used/mib, partUUID))
+	// Made in place, in the partition: no separate image to copy in.
+	// mke2fs's discard (the default) lets it mark the inode tables zeroed:
+	// the VM's kernel then has none to zero on its first boot. It comes
+	// before the partition table and the ESP, which an e2fsprogs that
+	// discarded without the offset could not reach then.
+	mk := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", rootLabel,
+		"-E", fmt.Sprintf("root_owner=0:0,offset=%d", l.RootStart), "-d", b.Root, raw, fmt.Sprintf("%dk", l.RootSize/1024))
+	if err := runHost(ctx, mk); err != nil {
+		return res, fmt.Errorf("make the root file system: %w", err)
+	}
+
+	// Existing signatures in the new partitions stay: one is the root
+	// file system just made.
+	sf := exec.CommandContext(ctx, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", "--wipe-partitions", "never", raw)
 	sf.Stdin = strings.NewReader(l.sfdiskScript())
 	if err := runHost(ctx, sf); err != nil {
 		return res, fmt.Errorf("partition the disk: %w", err)
@@ -395,16 +409,6 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 		return res, fmt.Errorf("write the ESP: %w", err)
 	}
 	os.Remove(esp)
-
-	b.Say(fmt.Sprintf("root: ext4 %q of %d MiB from the tree (%d MiB used), PARTUUID %s", rootLabel, l.RootSize/mib, used/mib, partUUID))
-	// Made in place, in the partition: no separate image to copy in.
-	// nodiscard: the range is a hole already, and the rest of the file
-	// (the partition tables) must stay.
-	mk := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", rootLabel,
-		"-E", fmt.Sprintf("root_owner=0:0,nodiscard,offset=%d", l.RootStart), "-d", b.Root, raw, fmt.Sprintf("%dk", l.RootSize/1024))
-	if err := runHost(ctx, mk); err != nil {
-		return res, fmt.Errorf("make the root file system: %w", err)
-	}
 
 	final := filepath.Join(work, "disk.out")
 	switch b.Format {
