@@ -97,7 +97,8 @@ ln -s "$PACKER" "$fresh/tools/packer-$PACKER_VERSION"
 image() { make -C "$ROOT" image PODVM_CACHE="$fresh" PACKER="$PACKER" PACKER_ARGS=-timestamp-ui; }
 measure image-cold image
 measure image-warm image
-if [ "$which" = rebuild ]; then
+# images: the heading and the rows of 1 and 2, which both reports start with.
+images() {
 	cat <<EOF
 Measured $(date -u +%Y-%m-%d) on $(nproc) CPUs, $(uname -r); container toolkit: $NVIDIA_CONTAINER_TOOLKIT.
 
@@ -105,6 +106,11 @@ Measured $(date -u +%Y-%m-%d) on $(nproc) CPUs, $(uname -r); container toolkit: 
 |---|---|---|
 | make image, cold cache | ${wall[image-cold]} | ${load[image-cold]} |
 | make image, same inputs again | ${wall[image-warm]} | ${load[image-warm]} |
+EOF
+}
+if [ "$which" = rebuild ]; then
+	cat <<EOF
+$(images)
 
 | ratio | value | goal |
 |---|---|---|
@@ -143,12 +149,7 @@ measure hand hand
 extra=$(seconds "$WORK/image-cold.log" 'Saving the base tree|\] (local-repo|module-signing|verify|repo-expose|hold|gpu-gate): done in|Writing bootable qcow2')
 same=$((wall[image-cold] - extra))
 cat <<EOF
-Measured $(date -u +%Y-%m-%d) on $(nproc) CPUs, $(uname -r); container toolkit: $NVIDIA_CONTAINER_TOOLKIT.
-
-| | wall (s) | load average before |
-|---|---|---|
-| make image, cold cache | ${wall[image-cold]} | ${load[image-cold]} |
-| make image, same inputs again | ${wall[image-warm]} | ${load[image-warm]} |
+$(images)
 | make mkosi, fresh package cache | ${wall[mkosi]} | ${load[mkosi]} |
 | debootstrap + apt-get install by hand | ${wall[hand]} | ${load[hand]} |
 
