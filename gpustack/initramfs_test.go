@@ -41,14 +41,14 @@ func TestDeferInitramfsRoundTrip(t *testing.T) {
 	if out := sh(DeferInitramfs{}.Command()); !strings.Contains(out, "deferred already") {
 		t.Errorf("second deferral: %q", out)
 	}
-	sh(UpdateInitramfs{}.Resume())
+	sh(UpdateInitramfs{}.Command())
 	if got := read(); got != orig {
 		t.Errorf("restored configuration:\n%q\nwant\n%q", got, orig)
 	}
 	if _, err := os.Stat(conf + ".podvm-saved"); !os.IsNotExist(err) {
 		t.Errorf("the saved copy stayed: %v", err)
 	}
-	if out := sh(UpdateInitramfs{}.Resume()); out != "" {
+	if out := sh(UpdateInitramfs{}.Command()); out != "" {
 		t.Errorf("resume without a deferral: %q", out)
 	}
 }

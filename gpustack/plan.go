@@ -1,6 +1,7 @@
 package gpustack
 
 import (
+	_ "embed"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -231,6 +232,15 @@ type CheckModules struct {
 	Modules []string
 }
 
+// Command is the check's shell command, the same text for every back end;
+// the kernels follow it as arguments.
+func (a CheckModules) Command() string {
+	return "sh -c " + shellquote.Quote(checkModulesScript) + " podvm-check-modules " + shellquote.Join(a.Modules...) + " --"
+}
+
+//go:embed scripts/check-modules.sh
+var checkModulesScript string
+
 // SignModules signs every NVIDIA module of each kernel with a key made for
 // this build in /run, a tmpfs that never becomes part of the image's disk,
 // and removed when the command ends; the certificate stays in the image at
@@ -319,10 +329,14 @@ func (DeferInitramfs) Command() string {
 		`else echo "no initramfs-tools configuration to defer, or deferred already"; fi`
 }
 
-// Resume is the command that ends a DeferInitramfs, before the update.
-func (UpdateInitramfs) Resume() string {
-	return `c=` + shellquote.Quote(initramfsConf) + `; if [ -e "$c.podvm-saved" ]; then mv -f "$c.podvm-saved" "$c" && echo "initramfs updates resumed"; fi`
+// Command ends a DeferInitramfs, then regenerates each kernel's initramfs
+// that exists; the same text for every back end.
+func (a UpdateInitramfs) Command() string {
+	return "sh -c " + shellquote.Quote(updateInitramfsScript) + " podvm-update-initramfs " + shellquote.Quote(initramfsConf) + " " + shellquote.Join(a.Kernels...)
 }
+
+//go:embed scripts/update-initramfs.sh
+var updateInitramfsScript string
 
 // ToolkitConfig sets keys in the container toolkit's TOML config with the
 // toolkit's own editor (nvidia-ctk config), never by text substitution.

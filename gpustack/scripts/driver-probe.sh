@@ -8,10 +8,10 @@ for k; do
 	# as missing. C locale: the field name is translated otherwise.
 	cand=$(LC_ALL=C apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: *//p' | head -n 1)
 	if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
-		echo "podvm-gpu: the archive has no $p for kernel $k: DKMS" >&2
+		echo "podvm-gpu: the archive has no $p for kernel $k: DKMS"
 		echo distro
 		exit 0
 	fi
-	echo "podvm-gpu: the archive has $p $cand" >&2
+	echo "podvm-gpu: the archive has $p $cand"
 done
 echo precompiled

@@ -18,6 +18,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
 )
 
 // fakeImage describes the image the fake communicator pretends to be.
@@ -216,10 +217,10 @@ func (c *fakeComm) answer(inner string) (string, int) {
 			fmt.Fprintf(&b, "modules %s\x00boot vmlinuz-%s\x00", k, k)
 		}
 		return b.String(), 0
-	case inner == cmdListSources:
+	case inner == imagestep.ListSourcesCommand:
 		var b strings.Builder
 		for _, p := range sortedKeys(img.sources) {
-			fmt.Fprintf(&b, "%s%s\n%s\n", sourceMarker, p, img.sources[p])
+			fmt.Fprintf(&b, "%s%s\n%s\n", imagestep.SourceMarker, p, img.sources[p])
 		}
 		return b.String(), 0
 	case inner == "cat /var/lib/dpkg/status":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"regexp"
@@ -15,28 +16,65 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
-// buildModules builds the DKMS modules, through the build host's module
-// cache where build_cache allows it for this target.
-func (e *executor) buildModules(ctx context.Context, a gpustack.BuildModules) error {
-	var c *modcache.Cache
+// moduleCache is the build host's module cache where build_cache allows
+// it for this target; nil for none.
+func (e *executor) moduleCache() *modcache.Cache {
 	if e.cacheRoot != "" && (e.plan.Cache.Mode == "yes" || e.chrootRoot != "") {
-		c = modcache.New(modcache.Dir(e.cacheRoot), e.plan.Cache.MaxSize)
-	} else if e.cacheRoot != "" {
+		return modcache.New(modcache.Dir(e.cacheRoot), e.plan.Cache.MaxSize)
+	}
+	if e.cacheRoot != "" {
 		e.ui.Say("module cache: off, the image is not on this host (build_cache=auto); build_cache=yes copies builds over the communicator")
 	}
-	return modcache.Build(ctx, commTarget{e.r}, c, a.Kernels, func(s string) { e.ui.Say(s) })
+	return nil
 }
 
-// commTarget is the image behind the communicator.
-type commTarget struct{ r *runner }
+// commTarget is the image behind the communicator, as imagestep runs
+// the plan's actions in it.
+type commTarget struct{ e *executor }
 
 func (t commTarget) Run(ctx context.Context, command string) error {
-	_, err := t.r.run(ctx, command)
+	_, err := t.e.r.run(ctx, command)
 	return err
 }
 
 func (t commTarget) Output(ctx context.Context, command string) (string, error) {
-	return t.r.query(ctx, command)
+	return t.e.r.query(ctx, command)
+}
+
+func (t commTarget) RunInput(ctx context.Context, command string, stdin io.Reader) error {
+	res, err := t.e.r.execInput(ctx, command, false, stdin)
+	if err != nil {
+		return err
+	}
+	return res.check(command)
+}
+
+func (t commTarget) Put(ctx context.Context, path string, content []byte, mode fs.FileMode, owner string) error {
+	return t.e.writeFile(ctx, path, content, mode, owner)
+}
+
+func (t commTarget) Update(ctx context.Context) error {
+	_, err := t.e.r.runApt(ctx, aptPrefix+" update")
+	return err
+}
+
+// Install installs with the image's apt-get, through the build host's
+// .deb cache where the image is the podvm-rootfs chroot. The plan's
+// packages are what the image must hold, a held older version on a rerun
+// included.
+func (t commTarget) Install(ctx context.Context, pkgs []string, noRecommends bool) error {
+	cmd := aptPrefix + " install --allow-change-held-packages"
+	if t.e.dpkgUnsafe {
+		cmd += " -o Dpkg::Options::=--force-unsafe-io"
+	}
+	if noRecommends {
+		cmd += " --no-install-recommends"
+	}
+	cmd += " " + shellquote.JoinWords(pkgs...)
+	return t.e.withDebs(ctx, cmd, "/var/cache/apt/archives", func() error {
+		_, err := t.e.r.runApt(ctx, cmd)
+		return err
+	})
 }
 
 // Upload stages the file as the communicator's user, then moves it into
@@ -46,28 +84,28 @@ func (t commTarget) Upload(ctx context.Context, path string, f *os.File) error {
 	if err != nil {
 		return err
 	}
-	staged := t.r.stagePath(baseName(path))
-	err = t.r.retry(ctx, "uploading "+staged, func() error {
+	staged := t.e.r.stagePath(baseName(path))
+	err = t.e.r.retry(ctx, "uploading "+staged, func() error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
 		info := os.FileInfo(stagedInfo{name: baseName(staged), size: fi.Size()})
-		return transfer(ctx, func() error { return t.r.comm.Upload(staged, f, &info) })
+		return transfer(ctx, func() error { return t.e.r.comm.Upload(staged, f, &info) })
 	})
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err == nil {
-		_, err = t.r.run(ctx, "mv -f "+shellquote.Word(staged)+" "+shellquote.Word(path))
+		_, err = t.e.r.run(ctx, "mv -f "+shellquote.Word(staged)+" "+shellquote.Word(path))
 	}
 	if err != nil {
-		t.r.removeStaged(staged)
+		t.e.r.removeStaged(staged)
 	}
 	return err
 }
 
 func (t commTarget) Download(ctx context.Context, path string, open func() (io.WriteCloser, error)) error {
-	return t.r.download(ctx, path, open)
+	return t.e.r.download(ctx, path, open)
 }
 
 // checkKeyModeExecuteCommand refuses, with nvidia_module_signing=key, an

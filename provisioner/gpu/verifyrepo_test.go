@@ -12,6 +12,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
 )
 
 // TestVerifyRepoWithRealApt runs the self-test with the host's apt against
@@ -48,7 +49,7 @@ func TestVerifyRepoWithRealApt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := signedRepo(t, tc.repo)
 			a := gpustack.VerifyRepo{Dir: repo, Keyring: filepath.Join(repo, "keyring.gpg"), Packages: []string{headers}, Closure: tc.closure}
-			out, err := exec.Command("sh", "-c", verifyRepoScript(a, status)).CombinedOutput()
+			out, err := exec.Command("sh", "-c", imagestep.VerifyRepoCommand(a, status)).CombinedOutput()
 			switch {
 			case tc.fail == "" && err != nil:
 				t.Fatalf("self-test failed: %v\n%s", err, out)
