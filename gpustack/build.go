@@ -168,7 +168,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("unsupported architecture %q; supported: amd64, arm64", t.Arch)
 	}
-	kernels, err := selectKernels(o.Kernels, t.Kernels)
+	kernels, err := SelectKernels(o.Kernels, t.Kernels)
 	if t.KernelsAtBuildTime {
 		kernels, err = []string{KernelPlaceholder}, nil
 		p.Notes = append(p.Notes, "kernels resolved at build time from the image (kernels="+o.Kernels+")")
@@ -271,7 +271,9 @@ func (p *Plan) add(id, title string, actions ...Action) {
 	p.Steps = append(p.Steps, Step{ID: id, Title: title, Actions: actions})
 }
 
-func selectKernels(spec string, have []string) ([]string, error) {
+// SelectKernels applies the kernels setting (spec: newest, all, or a list)
+// to the image's kernels (have), oldest first.
+func SelectKernels(spec string, have []string) ([]string, error) {
 	if len(have) == 0 {
 		return nil, errors.New("no kernel in the image (looked for /usr/lib/modules/<version> with a matching /boot/vmlinuz-<version>); install one before this step (e.g. linux-image-amd64 or linux-image-generic)")
 	}

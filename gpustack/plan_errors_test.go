@@ -54,7 +54,7 @@ func TestSelectKernels(t *testing.T) {
 		"all":                         "6.1.0-37-amd64 6.12.9-amd64 6.12.10-amd64",
 		"6.12.9-amd64,6.1.0-37-amd64": "6.1.0-37-amd64 6.12.9-amd64",
 	} {
-		got, err := selectKernels(spec, have)
+		got, err := SelectKernels(spec, have)
 		if err != nil || strings.Join(got, " ") != want {
 			t.Errorf("%s: got %v %v, want %s", spec, got, err, want)
 		}

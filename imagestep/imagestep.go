@@ -36,6 +36,10 @@ type Target interface {
 	Install(ctx context.Context, pkgs []string, noRecommends bool) error
 	// Update refreshes the image's package lists.
 	Update(ctx context.Context) error
+	// AptOutput runs a command quietly beside the apt that manages the
+	// image, and returns its standard output: in the image itself over a
+	// communicator, in mkosi's sandbox (whose apt acts on the image).
+	AptOutput(ctx context.Context, command string) (string, error)
 }
 
 // StepError is a failed plan step: which one, and why.
@@ -212,7 +216,7 @@ func (e *Executor) exists(ctx context.Context, p string) error {
 // chooseDriver runs the plan's probe in the image, installs the branch it
 // took and records it there.
 func (e *Executor) chooseDriver(ctx context.Context, a gpustack.ChooseDriver) error {
-	out, err := e.Target.Output(ctx, a.ProbeCommand()+" "+shellquote.JoinWords(a.Kernels...))
+	out, err := e.Target.AptOutput(ctx, a.ProbeCommand()+" "+shellquote.JoinWords(a.Kernels...))
 	if err != nil {
 		return fmt.Errorf("choosing the driver source: %w", err)
 	}

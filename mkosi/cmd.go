@@ -35,10 +35,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "module-key" {
 		return runModuleKey(args[1:], stdout, stderr)
 	}
-	// modules is the script's DKMS step (through the module cache),
+	// run-steps is the scripts' one call into the plan's executor,
 	// equally hidden.
-	if len(args) > 0 && args[0] == "modules" {
-		return runModules(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 && args[0] == "run-steps" {
+		return runSteps(ctx, args[1:], stdout, stderr)
 	}
 	// record-disk is the post-output script's step, equally hidden.
 	if len(args) > 0 && args[0] == "record-disk" {

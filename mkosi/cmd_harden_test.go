@@ -14,7 +14,7 @@ import (
 // know is reported on stderr with its flags, never a silent exit 2.
 func TestHiddenSubcommandsReportBadFlags(t *testing.T) {
 	for _, c := range []struct{ sub, flag string }{
-		{"modules", "--kernels"},
+		{"run-steps", "--plan"},
 		{"bake-repo", "--spec"},
 		{"module-key", "--cert"},
 		{"check-keys", "--root"},

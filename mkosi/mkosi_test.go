@@ -289,17 +289,18 @@ func checkSummary(t *testing.T, out []byte, dir string, c treeCase, gpuOn bool) 
 }
 
 // checkDriverPackage: the driver the plan records comes in through
-// Packages= or the profile's post-installation script; auto's choice is
+// Packages= or the steps of the profile's post-installation script; auto's choice is
 // made at build time, so its driver is never in Packages=.
 func checkDriverPackage(t *testing.T, img summaryImage, profile string, p *gpustack.Plan) {
 	t.Helper()
-	script, err := os.ReadFile(filepath.Join(profile, "mkosi.postinst.d", "50-podvm.sh"))
+	// The plan file is what run-steps, which the script calls, runs.
+	steps, err := os.ReadFile(filepath.Join(profile, planFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pkg := p.Driver.Package
-	if !slices.Contains(img.Packages, pkg) && !strings.Contains(string(script), pkg) {
-		t.Errorf("driver package %s neither in Packages %v nor in the post-installation script", pkg, img.Packages)
+	if !slices.Contains(img.Packages, pkg) && !strings.Contains(string(steps), `"`+pkg+`"`) {
+		t.Errorf("driver package %s neither in Packages %v nor in the steps run-steps runs", pkg, img.Packages)
 	}
 	if p.Driver.Source == gpustack.SourceAuto && slices.ContainsFunc(img.Packages, func(q string) bool { return strings.HasPrefix(q, "nvidia-headless") }) {
 		t.Errorf("Packages %v: the driver is chosen at build time, not in Packages=", img.Packages)

@@ -80,9 +80,21 @@ func TestModuleKeyTree(t *testing.T) {
 			t.Errorf("profile mkosi.conf lacks %q:\n%s", want, conf)
 		}
 	}
-	pipe := `"$podvm_bin" mkosi module-key --key "$SRCDIR"/'podvm-module-key/m.key' --cert "$SRCDIR"/'podvm-module-cert/m.pem' --passphrase-env 'MODPASS' |`
-	if !strings.Contains(postinst, pipe) || !strings.Contains(postinst, "podvm-sign-modules 'sign-key'") {
-		t.Errorf("post-installation script lacks the piped signing:\n%s", postinst)
+	// run-steps pipes the key in from where the sandbox mounts it, and
+	// alone gets the passphrase, which it keeps from the image's commands.
+	if !strings.Contains(postinst, `MODPASS="$podvm_secret_MODPASS" "$podvm_bin" mkosi run-steps `) || !strings.Contains(postinst, "--secret-env MODPASS") {
+		t.Errorf("post-installation script does not give run-steps alone the passphrase:\n%s", postinst)
+	}
+	var signing *gpustack.SignModules
+	for _, s := range readPlanFile(t, files).Steps {
+		for _, a := range s.Actions {
+			if sm, ok := a.(gpustack.SignModules); ok && !sm.Verify {
+				signing = &sm
+			}
+		}
+	}
+	if signing == nil || signing.Key == nil || signing.Key.File != "podvm-module-key/m.key" || signing.Key.Cert != "podvm-module-cert/m.pem" || signing.Key.PassphraseEnv != "MODPASS" {
+		t.Errorf("plan file's signing step %+v: want the key and certificate where the sandbox mounts them", signing)
 	}
 
 	argv := needMkosi(t)

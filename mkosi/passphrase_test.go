@@ -39,8 +39,10 @@ func TestPassphraseOnlyToTheSigner(t *testing.T) {
 		t.Fatal(err)
 	}
 	signers := map[string]*regexp.Regexp{
-		"MODPASS":  regexp.MustCompile(`^MODPASS="\$podvm_secret_MODPASS" "\$podvm_bin" mkosi module-key `),
-		"REPOPASS": regexp.MustCompile(`^REPOPASS="\$podvm_secret_REPOPASS" "\$podvm_bin" mkosi (bake-repo|record-disk) `),
+		// run-steps signs the modules and the repository, and keeps both
+		// passphrases from the commands it runs in the image.
+		"MODPASS":  regexp.MustCompile(`^MODPASS="\$podvm_secret_MODPASS" REPOPASS="\$podvm_secret_REPOPASS" "\$podvm_bin" mkosi run-steps .*--phase install .*--secret-env MODPASS`),
+		"REPOPASS": regexp.MustCompile(`^(MODPASS="\$podvm_secret_MODPASS" )?REPOPASS="\$podvm_secret_REPOPASS" "\$podvm_bin" mkosi (run-steps .*--phase install .*--secret-env REPOPASS|record-disk )`),
 	}
 	var scripts int
 	for _, f := range files {

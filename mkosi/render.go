@@ -193,8 +193,8 @@ func Render(ctx context.Context, c Config) ([]File, error) {
 
 // render renders the plan's steps and what they collect.
 func (r *renderer) render(ctx context.Context, archive []gpustack.AptSource) ([]File, error) {
-	for i, s := range r.p.Steps {
-		if err := r.step(ctx, i+1, len(r.p.Steps), s, archive); err != nil {
+	for _, s := range r.p.Steps {
+		if err := r.step(ctx, s, archive); err != nil {
 			return nil, fmt.Errorf("mkosi: step %s: %w", s.ID, err)
 		}
 	}
@@ -217,13 +217,19 @@ type renderer struct {
 	units    []string
 	network  bool // the post-installation script downloads packages
 	bake     *gpustack.BakeRepo
-	postinst []string // script fragments, one per step
-	finalize []string
+	// steps are the plan's steps as run-steps reads them: host paths
+	// replaced by where the build's sandbox mounts them below $SRCDIR.
+	steps []gpustack.Step
+	// checks: a step only checks the image, which the finalize script
+	// runs last in a tree of ours.
+	checks bool
+	// runArgs are run-steps' arguments beyond the plan and the phase;
+	// specPath the tree's podvm-bake.json.
+	runArgs  []string
+	specPath string
 	// record is the post-output step that records the disk beside the
 	// build's manifest (mkosi record-disk); "" without a bake.
 	record string
-	// needBin: a script runs this program on the build host.
-	needBin bool
 	// sources are BuildSources= mounts beyond the tree itself (host
 	// directory:target below $SRCDIR); environment are the host variables
 	// the scripts get (Environment=).
@@ -286,53 +292,32 @@ func (r *renderer) header(name string) string {
 	return b.String()
 }
 
-// verifying reports whether every action of a step only checks the image:
-// such steps run in the finalize script, after mkosi's own final steps.
-func verifying(s gpustack.Step) bool {
+func (r *renderer) step(ctx context.Context, s gpustack.Step, archive []gpustack.AptSource) error {
+	out := gpustack.Step{ID: s.ID, Title: s.Title}
 	for _, a := range s.Actions {
-		switch a := a.(type) {
-		case gpustack.CheckModules, gpustack.CheckDriverVersion, gpustack.VerifyRepo, gpustack.VerifyExecutable:
-		case gpustack.SignModules:
-			if !a.Verify {
-				return false
-			}
-		case gpustack.IfDriverSource:
-			if !verifying(gpustack.Step{Actions: a.Actions}) {
-				return false
-			}
-		default:
-			// CheckKernelSignatures among them: it records the signatures
-			// the bake reads, so it runs before it.
-			return false
-		}
-	}
-	return len(s.Actions) > 0
-}
-
-func (r *renderer) step(ctx context.Context, i, n int, s gpustack.Step, archive []gpustack.AptSource) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "echo %s\n", shellquote.Quote(fmt.Sprintf("[%d/%d] %s", i, n, s.Title)))
-	for _, a := range s.Actions {
-		if err := r.action(ctx, &b, a, archive); err != nil {
+		x, err := r.action(ctx, a, archive)
+		if err != nil {
 			return err
 		}
+		out.Actions = append(out.Actions, x)
 	}
+	r.steps = append(r.steps, out)
 	// In a layer, checks stay in the post-installation script: a tree may
 	// clean the package metadata and remove files (CleanPackageMetadata=,
 	// RemoveFiles=) before its finalize scripts run, and the checks read
 	// both. Only the scan for key material runs last.
-	if verifying(s) && r.c.Into == nil {
-		r.finalize = append(r.finalize, b.String())
-	} else {
-		r.postinst = append(r.postinst, b.String())
+	if s.Checks() && r.c.Into == nil {
+		r.checks = true
 	}
 	return nil
 }
 
-// action renders one action: declaratively where mkosi has a setting for
-// it, else as script text. A script line still reports what mkosi did, so
-// the build log shows every step of the plan.
-func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Action, archive []gpustack.AptSource) error {
+// action renders what mkosi states declaratively (declared: packages,
+// trees, the sandbox's apt configuration) and arranges what the executor
+// needs for the rest (network, mounts, the module cache). It returns the
+// action as run-steps reads it, with host paths where the sandbox mounts
+// them.
+func (r *renderer) action(ctx context.Context, a gpustack.Action, archive []gpustack.AptSource) (gpustack.Action, error) {
 	switch a := a.(type) {
 	case gpustack.AptComponents:
 		withComps := slices.Clone(archive)
@@ -340,29 +325,25 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			withComps[i].Components = append(slices.Clone(withComps[i].Components), a.Components...)
 		}
 		r.files.add(r.universal+"mkosi.sandbox/etc/apt/sources.list.d/mkosi.sources", 0o644, []byte(deb822(withComps)))
-		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: archive components "+strings.Join(a.Components, " ")+" in the sandbox sources"))
 	case gpustack.AptSource:
 		kr, err := keyring(ctx, a.Key, r.c.HTTPClient)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		src := []byte(a.Deb822())
-		r.sandboxAndImage(a.SourcesPath(), src)
+		r.sandboxAndImage(a.SourcesPath(), []byte(a.Deb822()))
 		if kr != nil {
 			r.sandboxAndImage(a.Keyring, kr)
 		}
-		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: apt source "+a.SourcesPath()+" (sandbox and image)"))
+		// Fetched here: the build reads no key file or URL again.
+		a.Key = gpustack.Key{InImage: true}
+		return a, nil
 	case gpustack.AptPin:
 		r.sandboxAndImage(a.Path(), []byte(a.Preferences()))
-		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  mkosi: apt pin "+a.Path()+" (sandbox and image)"))
-	case gpustack.AptUpdate:
-		b.WriteString("echo '  mkosi: package lists synced before installing'\n")
 	case gpustack.Install:
 		r.packages = append(r.packages, a.Packages...)
-		fmt.Fprintf(b, "echo %s\ninstalled %s\n", shellquote.Quote("  mkosi: Packages= "+strings.Join(a.Packages, " ")), shellquote.Join(packageNames(a.Packages)...))
 	case gpustack.WriteFile:
 		if !path.IsAbs(a.Path) {
-			return fmt.Errorf("file %q: not an absolute path", a.Path)
+			return nil, fmt.Errorf("file %q: not an absolute path", a.Path)
 		}
 		// The skeleton tree is in place before packages are installed, the
 		// extra tree after.
@@ -371,107 +352,61 @@ func (r *renderer) action(ctx context.Context, b *strings.Builder, a gpustack.Ac
 			tree = "mkosi.skeleton"
 		}
 		r.files.add(r.prefix+tree+a.Path, a.Mode, []byte(a.Content))
-		// printf, not echo: a unit's path may hold a backslash (\x2d).
-		fmt.Fprintf(b, "printf '%%s\\n' %s\nexists %s\n", shellquote.Quote("  "+strings.TrimPrefix(tree, "mkosi.")+" tree: "+a.Path), shellquote.Quote(a.Path))
+		// The tree has it; run-steps checks that it is there.
+		a.Content = ""
+		return a, nil
 	case gpustack.EnableUnits:
+		// Presets, and systemctl enable by the executor: mkosi applies the
+		// presets after the post-installation scripts.
 		r.units = append(r.units, a.Units...)
-		fmt.Fprintf(b, "enable_units %s\n", shellquote.Join(a.Units...))
 	case gpustack.ChooseDriver:
-		// Packages= is fixed before the build, so the choice installs
-		// from the script, with mkosi's apt-get acting on the image.
+		// Packages= is fixed before the build: the choice installs with
+		// the sandbox's apt, which downloads.
 		r.network = true
-		var pre []string
-		for _, q := range a.Precompiled {
-			pre = append(pre, shellquote.Quote(q))
-		}
-		noRec := ""
-		if a.NoRecommends {
-			noRec = " --no-install-recommends"
-		}
-		fmt.Fprintf(b, "%sdriver_source=$(%s $kernels | tail -n 1)\n", scImageScript, a.ProbeCommand())
-		fmt.Fprintf(b, "case $driver_source in\n%s)\n\tpkgs=\n\tfor k in $kernels; do pkgs=\"$pkgs %s\"; done\n\tpkgs=\"$pkgs %s\"\n\t;;\n%s) pkgs=%s ;;\n*) die \"driver source probe: got '$driver_source'\" ;;\nesac\n",
-			gpustack.TakenPrecompiled, strings.ReplaceAll(a.Modules, gpustack.KernelPlaceholder, "$k"), strings.Join(pre, " "), gpustack.TakenDistro, shellquote.Quote(strings.Join(a.DKMS, " ")))
-		fmt.Fprintf(b, "echo \"  driver source taken: $driver_source; apt-get install$pkgs\"\n%sapt-get -q install%s $pkgs\n", scWordList, noRec)
-		// Written inside the image: the packages' scripts have run, and a
-		// link they left must not lead out of $BUILDROOT.
-		fmt.Fprintf(b, "%smkosi-chroot sh -c 'mkdir -p \"$(dirname \"$2\")\" && echo \"$1\" >\"$2\"' podvm \"$driver_source\" %s\n%sinstalled $pkgs\n",
-			scImageScript, shellquote.Quote(gpustack.DriverSourceFile), scWordList)
 	case gpustack.IfDriverSource:
-		var inner strings.Builder
+		inner := gpustack.IfDriverSource{Source: a.Source}
 		for _, x := range a.Actions {
-			switch x.(type) {
-			case gpustack.Install, gpustack.WriteFile, gpustack.EnableUnits, gpustack.AptSource, gpustack.AptPin, gpustack.AptComponents:
-				return fmt.Errorf("action %T cannot depend on the driver source taken: mkosi sets it up before the build", x)
+			if declared(x) {
+				return nil, fmt.Errorf("action %T cannot depend on the driver source taken: mkosi sets it up before the build", x)
 			}
-			if err := r.action(ctx, &inner, x, archive); err != nil {
-				return err
+			y, err := r.action(ctx, x, archive)
+			if err != nil {
+				return nil, err
 			}
+			inner.Actions = append(inner.Actions, y)
 		}
-		fmt.Fprintf(b, "if [ \"$(mkosi-chroot cat %s)\" = %s ]; then\n%selse\n\techo %s\nfi\n",
-			shellquote.Quote(gpustack.DriverSourceFile), shellquote.Quote(a.Source), inner.String(), shellquote.Quote("  skipped: only where the driver source taken is "+a.Source))
-	case gpustack.CheckKernelSignatures:
-		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
+		return inner, nil
 	case gpustack.BuildModules:
-		return r.buildModules(b, a)
-	case gpustack.CheckModules:
-		fmt.Fprintf(b, "check_modules %s\n", shellquote.Join(a.Modules...))
+		if err := r.moduleCache(); err != nil {
+			return nil, err
+		}
 	case gpustack.SignModules:
-		// mkosi-chroot gives every call a fresh tmpfs on /run: the key is
-		// made (or piped in), used and gone within this one command.
 		if a.Key == nil || a.Verify {
-			fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
 			break
 		}
 		// The user's key: the key's and the certificate's directories are
-		// mounted below $SRCDIR (never into the image), and this program
+		// mounted below $SRCDIR (never into the image), and run-steps
 		// pipes them in as the provisioner does.
-		key := r.mount(a.Key.File, moduleKeySource)
-		cert := r.mount(a.Key.Cert, moduleCertSource)
-		passEnv, pass := "", ""
+		k := *a.Key
+		k.File = r.mount(a.Key.File, moduleKeySource)
+		k.Cert = r.mount(a.Key.Cert, moduleCertSource)
 		if e := a.Key.PassphraseEnv; e != "" {
-			var err error
-			if pass, err = r.secret(e); err != nil {
-				return fmt.Errorf("nvidia_module_signing_passphrase_env: %w", err)
+			if _, err := r.secret(e); err != nil {
+				return nil, fmt.Errorf("nvidia_module_signing_passphrase_env: %w", err)
 			}
-			passEnv = " --passphrase-env " + shellquote.Quote(e)
 		}
-		r.needBin = true
-		fmt.Fprintf(b, "podvm_bin=%s\n%s%s\"$podvm_bin\" mkosi module-key --key \"$SRCDIR\"/%s --cert \"$SRCDIR\"/%s%s |\n\tmkosi-chroot %s $kernels\n",
-			shellquote.Quote(r.c.Bin), scImageScript, pass, shellquote.Quote(key), shellquote.Quote(cert), passEnv, a.Command())
-	case gpustack.HoldPackages:
-		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
-	case gpustack.CheckDriverVersion:
-		fmt.Fprintf(b, "%smkosi-chroot %s $kernels\n", scImageScript, a.Command())
-	case gpustack.DeferInitramfs:
-		// mkosi installs every package in one transaction, before any
-		// script: nothing to defer.
-		b.WriteString("echo '  mkosi: the packages install in one transaction; nothing to defer'\n")
-	case gpustack.UpdateInitramfs:
-		b.WriteString(updateInitramfs)
-	case gpustack.ToolkitConfig:
-		// The provisioner's spelling; nvidia-ctk takes --config=.
-		args := []string{"--in-place", "--config=" + a.Path}
-		for _, kv := range a.Settings {
-			args = append(args, "--set", kv.Key+"="+kv.Value)
-		}
-		fmt.Fprintf(b, "echo %s\n", shellquote.Quote("  nvidia-ctk config "+a.Path))
-		fmt.Fprintf(b, "mkosi-chroot nvidia-ctk config %s\n", shellquote.Join(args...))
+		a.Key = &k
+		return a, nil
 	case gpustack.BakeRepo:
-		if err := r.bakeRepo(b, a); err != nil {
-			return err
-		}
-	case gpustack.VerifyRepo:
-		closure := "full"
-		if a.ImageStatus() {
-			closure = "partial"
-		}
-		fmt.Fprintf(b, "verify_repo %s %s %s %s\n", shellquote.Quote(a.Dir), shellquote.Quote(a.Keyring), closure, shellquote.Quote(strings.Join(a.Packages, " ")))
-	case gpustack.VerifyExecutable:
-		fmt.Fprintf(b, "executable %s\n", shellquote.Join(a.Paths...))
+		return r.bakeRepo(a)
+	case gpustack.AptUpdate, gpustack.DeferInitramfs, gpustack.UpdateInitramfs, gpustack.ToolkitConfig,
+		gpustack.CheckKernelSignatures, gpustack.CheckModules, gpustack.HoldPackages,
+		gpustack.CheckDriverVersion, gpustack.VerifyRepo, gpustack.VerifyExecutable:
+		// Nothing for mkosi to state: run-steps runs them in the image.
 	default:
-		return fmt.Errorf("action %T has no mkosi rendering", a)
+		return nil, fmt.Errorf("action %T has no mkosi rendering", a)
 	}
-	return nil
+	return a, nil
 }
 
 // bakeSigningKey is the repository's signing key file, if the tree bakes
@@ -487,24 +422,20 @@ func (r *renderer) bakeSigningKey() string {
 // cache for the scripts.
 const moduleCacheSource = "podvm-module-cache"
 
-// buildModules has this program build the DKMS modules in the image with
-// mkosi-chroot, through the module cache unless build_cache=no: mkosi
-// always builds on the host that holds the image.
-func (r *renderer) buildModules(b *strings.Builder, a gpustack.BuildModules) error {
-	r.needBin = true
-	fmt.Fprintf(b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
-	cache := ""
-	if r.p.Cache.Mode != "no" {
-		if !filepath.IsAbs(r.p.Cache.Dir) {
-			return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", r.p.Cache.Dir)
-		}
-		target := r.mountPoint(moduleCacheSource)
-		if m := modcache.Dir(r.p.Cache.Dir) + ":" + target; !slices.Contains(r.sources, m) {
-			r.sources = append(r.sources, m)
-		}
-		cache = fmt.Sprintf(" --cache \"$SRCDIR\"/%s --cache-max-size %d", target, r.p.Cache.MaxSize)
+// moduleCache mounts the build host's module cache for run-steps, unless
+// build_cache=no: mkosi always builds on the host that holds the image.
+func (r *renderer) moduleCache() error {
+	if r.p.Cache.Mode == "no" {
+		return nil
 	}
-	fmt.Fprintf(b, "\"$podvm_bin\" mkosi modules --root \"$BUILDROOT\" --kernels \"$kernels\"%s\n", cache)
+	if !filepath.IsAbs(r.p.Cache.Dir) {
+		return fmt.Errorf("module cache: build_cache_dir %q is not an absolute path (the generator resolves the default)", r.p.Cache.Dir)
+	}
+	target := r.mountPoint(moduleCacheSource)
+	if m := modcache.Dir(r.p.Cache.Dir) + ":" + target; !slices.Contains(r.sources, m) {
+		r.sources = append(r.sources, m)
+	}
+	r.runArgs = append(r.runArgs, "--cache", `"$SRCDIR"/`+shellquote.Quote(target), "--cache-max-size", fmt.Sprint(r.p.Cache.MaxSize))
 	return nil
 }
 
@@ -519,15 +450,15 @@ const (
 // directory for scripts: below $SRCDIR, never in the image.
 const signingKeySource = "podvm-signing-key"
 
-func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
+func (r *renderer) bakeRepo(a gpustack.BakeRepo) (gpustack.Action, error) {
 	if r.bake != nil {
-		return errors.New("more than one repository to bake")
+		return nil, errors.New("more than one repository to bake")
 	}
 	r.bake = &a
 	r.network = true
 	spec, err := bake.SpecFor(r.p, Generator)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The spec's key is where the build's sandbox mounts it, below $SRCDIR.
 	if a.SigningKey != "" {
@@ -537,45 +468,45 @@ func (r *renderer) bakeRepo(b *strings.Builder, a gpustack.BakeRepo) error {
 	spec.Repo.OutputDir = path.Base(filepath.ToSlash(a.OutputDir))
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	specPath := r.prefix + "podvm-bake.json"
-	r.files.add(specPath, 0o644, append(data, '\n'))
-
-	fmt.Fprintf(b, "repo=\"$BUILDROOT\"%s\nmkdir -p \"$repo\"\npkgs=\n", shellquote.Quote(a.Dir))
-	// Templates without a kernel are listed once, the others per kernel.
-	var once, per []string
-	for _, p := range a.Packages {
-		if strings.Contains(p, gpustack.KernelPlaceholder) {
-			per = append(per, strings.ReplaceAll(p, gpustack.KernelPlaceholder, "$k"))
-		} else {
-			once = append(once, p)
-		}
-	}
-	if len(per) > 0 {
-		fmt.Fprintf(b, "for k in $kernels; do pkgs=\"$pkgs %s\"; done\n", strings.Join(per, " "))
-	}
-	if len(once) > 0 {
-		fmt.Fprintf(b, "pkgs=\"$pkgs %s\"\n", strings.Join(once, " "))
-	}
-	if a.Closure {
-		b.WriteString(downloadClosure)
-	} else {
-		b.WriteString(downloadOnly)
-	}
-	artifacts := spec.Repo.OutputDir
+	r.specPath = r.prefix + "podvm-bake.json"
+	r.files.add(r.specPath, 0o644, append(data, '\n'))
 	pass := ""
 	if a.Passphrase != "" {
 		if pass, err = r.secret(a.Passphrase); err != nil {
-			return fmt.Errorf("local_repo_passphrase_env: %w", err)
+			return nil, fmt.Errorf("local_repo_passphrase_env: %w", err)
 		}
 	}
-	fmt.Fprintf(b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
-	fmt.Fprintf(b, "%s\"$podvm_bin\" mkosi bake-repo --root \"$BUILDROOT\" --spec \"$SRCDIR\"/%s --srcdir \"$SRCDIR\" --kernels \"$kernels\" --artifacts \"$OUTPUTDIR\"/%s\n",
-		pass, shellquote.Quote(specPath), shellquote.Quote(artifacts))
+	artifacts := shellquote.Quote(spec.Repo.OutputDir)
+	r.runArgs = append(r.runArgs, "--spec", `"$SRCDIR"/`+shellquote.Quote(r.specPath), "--artifacts", `"$OUTPUTDIR"/`+artifacts)
 	r.record = fmt.Sprintf("podvm_bin=%s\n%s\"$podvm_bin\" mkosi record-disk --config \"$MKOSI_CONFIG\" --outputdir \"$OUTPUTDIR\" --artifacts \"$OUTPUTDIR\"/%s --spec \"$SRCDIR\"/%s --srcdir \"$SRCDIR\"\n",
-		shellquote.Quote(r.c.Bin), pass, shellquote.Quote(artifacts), shellquote.Quote(specPath))
-	return nil
+		shellquote.Quote(r.c.Bin), pass, artifacts, shellquote.Quote(r.specPath))
+	// run-steps reads the spec; the action keeps no host path.
+	out := a
+	out.SigningKey, out.OutputDir = spec.Repo.SigningKey, spec.Repo.OutputDir
+	return out, nil
+}
+
+// runSteps is the scripts' call of run-steps for phase, the passphrases
+// given back to it alone (it keeps them from the image's commands).
+func (r *renderer) runSteps(phase string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
+	args := []string{"--plan", `"$SRCDIR"/` + shellquote.Quote(r.prefix+planFileName), "--phase", phase,
+		"--root", `"$BUILDROOT"`, "--srcdir", `"$SRCDIR"`}
+	args = append(args, r.runArgs...)
+	// The checks neither sign nor bake.
+	for _, e := range r.environment {
+		if phase == phaseCheck {
+			break
+		}
+		pass, _ := r.secret(e)
+		b.WriteString(pass)
+		args = append(args, "--secret-env", e)
+	}
+	fmt.Fprintf(&b, "\"$podvm_bin\" mkosi run-steps %s\n", strings.Join(args, " "))
+	return b.String()
 }
 
 // finish writes what the steps collected: the plan's settings file, the
@@ -616,8 +547,8 @@ func (r *renderer) finish() error {
 	// The finalize script always checks for key material, even when the
 	// plan has no verification step; it runs this program for that, and
 	// the post-installation script runs it to bake the repository.
-	finalize := r.bake != nil || len(r.finalize) > 0
-	if finalize || r.network || r.needBin {
+	finalize := r.bake != nil || r.checks
+	if len(r.steps) > 0 {
 		if !path.IsAbs(r.c.Bin) {
 			return fmt.Errorf("the packer-plugin-podvm binary must be an absolute path, got %q", r.c.Bin)
 		}
@@ -688,16 +619,25 @@ func (r *renderer) finish() error {
 		}
 		r.files.add(r.prefix+"mkosi.extra/usr/lib/systemd/system-preset/40-podvm-gpu.preset", 0o644, []byte(b.String()))
 	}
-	if r.c.Into != nil && len(r.postinst) > 0 {
-		repo := ""
-		if r.bake != nil {
-			repo = r.bake.Dir
+	if len(r.steps) > 0 {
+		data, err := json.MarshalIndent(planFile{Distribution: r.p.Target.Distro, Release: r.p.Target.Codename,
+			Kernels: r.p.KernelSelection, Steps: r.steps}, "", "  ")
+		if err != nil {
+			return err
 		}
-		r.postinst = append(r.postinst, fmt.Sprintf("layer_packages=%s\nlayer_repo=%s\n%s",
-			shellquote.Quote(strings.Join(packageNames(r.packages), " ")), shellquote.Quote(repo), layerSize))
-	}
-	if len(r.postinst) > 0 {
-		r.files.add(r.prefix+"mkosi.postinst.d/50-podvm.sh", 0o755, []byte(r.script("post-installation", r.postinst, "")))
+		r.files.add(r.prefix+planFileName, 0o644, append(data, '\n'))
+		phase := phaseInstall
+		var tail string
+		if r.c.Into != nil {
+			phase = phaseAll
+			repo := ""
+			if r.bake != nil {
+				repo = r.bake.Dir
+			}
+			tail = fmt.Sprintf("layer_packages=%s\nlayer_repo=%s\n%s",
+				shellquote.Quote(strings.Join(packageNames(r.packages), " ")), shellquote.Quote(repo), layerSize)
+		}
+		r.files.add(r.prefix+"mkosi.postinst.d/50-podvm.sh", 0o755, []byte(r.script("post-installation", r.runSteps(phase), tail)))
 	}
 	if r.record != "" {
 		r.files.add(r.prefix+"mkosi.postoutput.d/50-podvm-record.sh", 0o755, []byte(r.scriptHeader("post-output",
@@ -705,7 +645,11 @@ func (r *renderer) finish() error {
 			"set -eu\n\n"+r.secretsOut()+r.record))
 	}
 	if finalize {
-		r.files.add(r.prefix+"mkosi.finalize.d/50-podvm-check.sh", 0o755, []byte(r.script("finalize", r.finalize, r.leakCheck())))
+		steps := ""
+		if r.checks {
+			steps = r.runSteps(phaseCheck)
+		}
+		r.files.add(r.prefix+"mkosi.finalize.d/50-podvm-check.sh", 0o755, []byte(r.script("finalize", steps, r.leakCheck())))
 	}
 	return errp
 }
@@ -734,20 +678,14 @@ func (r *renderer) scriptHeader(kind, what string) string {
 	return b.String()
 }
 
-func (r *renderer) script(kind string, steps []string, tail string) string {
-	t := r.p.Target
+func (r *renderer) script(kind, steps, tail string) string {
 	var b strings.Builder
-	b.WriteString(r.scriptHeader(kind, "It runs on the build host in mkosi's sandbox; $BUILDROOT is the image."))
+	b.WriteString(r.scriptHeader(kind, "It runs on the build host in mkosi's sandbox; $BUILDROOT is the image.\nThe plan's steps run in packer-plugin-podvm (mkosi run-steps), which\nruns each command in the image with mkosi-chroot."))
 	b.WriteString("set -eu\n\n")
 	b.WriteString(r.secretsOut())
-	// Resolve fills kernels from the table's default ("newest").
-	fmt.Fprintf(&b, "target_distribution=%s\ntarget_release=%s\nkernels_setting=%s\n",
-		shellquote.Quote(t.Distro), shellquote.Quote(t.Codename), shellquote.Quote(r.p.KernelSelection))
 	b.WriteString(prelude)
-	// The apt half of VerifyRepo, shared with the provisioner.
-	b.WriteString("\n" + gpustack.VerifyRepoShell)
-	for _, s := range steps {
-		b.WriteString("\n" + s)
+	if steps != "" {
+		b.WriteString("\n" + steps)
 	}
 	if tail != "" {
 		b.WriteString("\n" + tail)

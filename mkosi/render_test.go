@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -19,7 +21,6 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
-	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -190,8 +191,8 @@ func TestGoldenTrees(t *testing.T) {
 	}
 }
 
-// TestStepTitles checks that the scripts echo every step of the plan with
-// the plan's own numbering and words, as the provisioner shows them.
+// TestStepTitles: every step of the plan reaches run-steps, with its
+// title, and the scripts call run-steps for it.
 func TestStepTitles(t *testing.T) {
 	c := treeCases[0]
 	p := plan(t, c.distro, c.release, map[string]string{"enable_nvidia_gpu": "yes",
@@ -209,10 +210,18 @@ func TestStepTitles(t *testing.T) {
 			scripts.Write(f.Data)
 		}
 	}
+	for _, phase := range []string{phaseInstall, phaseCheck} {
+		if !strings.Contains(scripts.String(), "mkosi run-steps --plan \"$SRCDIR\"/'mkosi.profiles/nvidia-gpu/podvm-plan.json' --phase "+phase+" ") {
+			t.Errorf("no script runs the %s phase", phase)
+		}
+	}
+	pf := readPlanFile(t, files)
+	if len(pf.Steps) != len(p.Steps) {
+		t.Fatalf("plan file has %d steps, the plan %d", len(pf.Steps), len(p.Steps))
+	}
 	for i, s := range p.Steps {
-		want := shellquote.Quote(fmt.Sprintf("[%d/%d] %s", i+1, len(p.Steps), s.Title))
-		if strings.Count(scripts.String(), "echo "+want+"\n") != 1 {
-			t.Errorf("scripts do not echo %s exactly once", want)
+		if pf.Steps[i].ID != s.ID || pf.Steps[i].Title != s.Title {
+			t.Errorf("step %d: %s %q, want %s %q", i+1, pf.Steps[i].ID, pf.Steps[i].Title, s.ID, s.Title)
 		}
 	}
 }
@@ -324,81 +333,53 @@ func TestWriteRefusesNonEmpty(t *testing.T) {
 	}
 }
 
-// TestVerifyRepoClosure checks that the self-test follows the plan's
-// VerifyRepo.Closure: an empty dpkg status for a full closure, the image's
-// status otherwise.
+// TestVerifyRepoClosure: the tree hands the plan's self-test to run-steps
+// as the plan has it, closure included, and run-steps runs it through the
+// executor (not one of the actions mkosi states itself): the one
+// implementation the provisioner runs too.
 func TestVerifyRepoClosure(t *testing.T) {
-	for closure, want := range map[string]string{"full": " full 'linux-headers-{kernel}'\n", "none": " partial 'linux-headers-{kernel}'\n"} {
+	for closure, want := range map[string]bool{"full": true, "none": false} {
 		p := plan(t, "debian", "13", map[string]string{"enable_nvidia_gpu": "yes", "local_repo_closure": closure,
 			"nvidia_container_toolkit_repo_keyring": filepath.Join("testdata", "toolkit-key.asc")})
 		files, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: noNetwork})
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := false
-		for _, f := range files {
-			if strings.Contains(f.Path, "mkosi.finalize.d/") {
-				found = strings.Contains(string(f.Data), "\nverify_repo '/opt/local-packages' '/usr/share/keyrings/podvm-local-packages.gpg'"+want)
+		pf := readPlanFile(t, files)
+		var found []gpustack.VerifyRepo
+		for _, s := range pf.Steps {
+			for _, a := range s.Actions {
+				if v, ok := a.(gpustack.VerifyRepo); ok {
+					found = append(found, v)
+					if declared(v) {
+						t.Error("VerifyRepo is declared to mkosi, not run by the executor")
+					}
+					if !s.Checks() {
+						t.Errorf("step %s holds VerifyRepo but does not only check", s.ID)
+					}
+				}
 			}
 		}
-		if !found {
-			t.Errorf("local_repo_closure=%s: finalize script lacks verify_repo ...%q", closure, want)
+		if len(found) != 1 || found[0].Closure != want || !slices.Equal(found[0].Packages, []string{"linux-headers-{kernel}"}) {
+			t.Errorf("local_repo_closure=%s: plan file's VerifyRepo %+v, want one with Closure %v for linux-headers-{kernel}", closure, found, want)
 		}
 	}
 }
 
-// TestUpdateInitramfsScript runs the update-initramfs step against a fake
-// image: it refreshes only a kernel whose initrd the image has, and only
-// when the image has update-initramfs.
-func TestUpdateInitramfsScript(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
-	for _, c := range []struct {
-		tool   bool
-		initrd []string
-		want   string
-	}{
-		{true, []string{"6.1"}, "ran -u -k 6.1\n"},
-		{true, nil, ""},
-		{false, []string{"6.1", "6.2"}, ""},
-	} {
-		root, bin := t.TempDir(), t.TempDir()
-		if c.tool {
-			if err := os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755); err != nil {
+// readPlanFile reads the tree's podvm-plan.json as run-steps does.
+func readPlanFile(t *testing.T, files []File) planFile {
+	t.Helper()
+	for _, f := range files {
+		if path.Base(f.Path) == planFileName {
+			var pf planFile
+			if err := json.Unmarshal(f.Data, &pf); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(root, "usr/sbin/update-initramfs"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, k := range c.initrd {
-			if err := os.MkdirAll(filepath.Join(root, "boot"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(root, "boot", "initrd.img-"+k), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		log := filepath.Join(t.TempDir(), "log")
-		chroot := "#!/bin/sh\nshift\necho \"ran $*\" >>" + shellquote.Quote(log) + "\n"
-		if err := os.WriteFile(filepath.Join(bin, "mkosi-chroot"), []byte(chroot), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("sh", "-euc", "kernels='6.1 6.2'\n"+updateInitramfs)
-		cmd.Env = append(os.Environ(), "BUILDROOT="+root, "PATH="+bin+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		got, _ := os.ReadFile(log)
-		if string(got) != c.want {
-			t.Errorf("tool %v initrds %v: ran %q, want %q\n%s", c.tool, c.initrd, got, c.want, out)
-		}
-		if c.want == "" && !strings.Contains(string(out), "update-initramfs skipped for 6.2") {
-			t.Errorf("tool %v initrds %v: no skip message:\n%s", c.tool, c.initrd, out)
+			return pf
 		}
 	}
+	t.Fatal("the tree has no " + planFileName)
+	return planFile{}
 }
 
 // TestFetchedKey checks the fetched repository key path (repokey): only the
@@ -464,48 +445,6 @@ func TestFetchedKey(t *testing.T) {
 	if _, err := Render(context.Background(), Config{Plan: p, Bin: goldenBin, HTTPClient: serving(served)}); err == nil ||
 		!strings.Contains(err.Error(), "https") {
 		t.Errorf("http key URL: got %v, want it refused", err)
-	}
-}
-
-// TestPreludeKernels runs the scripts' prelude against a fake image: the
-// image's kernels in dpkg version order (a modules directory without a
-// kernel image is no kernel), narrowed by the kernels setting.
-func TestPreludeKernels(t *testing.T) {
-	if _, err := exec.LookPath("dpkg"); err != nil {
-		t.Skip("no dpkg for --compare-versions")
-	}
-	root := t.TempDir()
-	for _, k := range []string{"6.10.0-1", "6.2.0-1", "6.1.0-1", "7.0.0-nokernel"} {
-		if err := os.MkdirAll(filepath.Join(root, "usr/lib/modules", k), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if k == "7.0.0-nokernel" {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(root, "boot"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, "boot", "vmlinuz-"+k), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const all = "6.1.0-1 6.2.0-1 6.10.0-1"
-	for setting, want := range map[string]string{
-		"newest":            "targeted: 6.10.0-1\n",
-		"all":               "targeted: " + all + "\n",
-		"6.10.0-1,6.1.0-1":  "targeted: 6.1.0-1 6.10.0-1\n",
-		"6.2.0-1,7.0.0-new": "kernels: 7.0.0-new is not installed in the image",
-	} {
-		script := "target_distribution=debian target_release=trixie kernels_setting=" + shellquote.Quote(setting) + "\n" + prelude
-		cmd := exec.Command("sh", "-euc", script)
-		cmd.Env = append(os.Environ(), "BUILDROOT="+root, "DISTRIBUTION=debian", "RELEASE=trixie")
-		out, err := cmd.CombinedOutput()
-		if !strings.Contains(string(out), want) || (err != nil) != strings.HasPrefix(want, "kernels:") {
-			t.Errorf("kernels=%s: %v\n%s\nwant %q", setting, err, out, want)
-		}
-		if err == nil && !strings.Contains(string(out), "image kernels: "+all+";") {
-			t.Errorf("kernels=%s: image kernels not in dpkg order:\n%s", setting, out)
-		}
 	}
 }
 

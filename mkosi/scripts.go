@@ -2,22 +2,15 @@ package mkosi
 
 import _ "embed"
 
-// Shell text shared by the generated scripts. The scripts run under
-// /bin/sh in mkosi's sandbox on the build host: apt-get and dpkg there are
-// mkosi's wrappers that act on the image ($BUILDROOT), and mkosi-chroot
-// runs a command inside the image.
+// Shell text of the generated scripts and of run-steps' download. They
+// run under /bin/sh in mkosi's sandbox on the build host: apt-get and dpkg
+// there are mkosi's wrappers that act on the image ($BUILDROOT), and
+// mkosi-chroot runs a command inside the image.
 
-// prelude checks the target, resolves the image's kernels and defines the
-// helpers the steps call.
+// prelude defines the helpers the scripts call.
 //
 //go:embed scripts/prelude.sh
 var prelude string
-
-// updateInitramfs refreshes an initramfs the image already has for a
-// kernel, as the provisioner does; mkosi builds its own initrd otherwise.
-//
-//go:embed scripts/update-initramfs.sh
-var updateInitramfs string
 
 // downloadClosure fetches the packages and their whole dependency closure,
 // resolved against an empty dpkg status as a consumer that has nothing

@@ -41,6 +41,10 @@ func (t commTarget) Output(ctx context.Context, command string) (string, error) 
 	return t.e.r.query(ctx, command)
 }
 
+func (t commTarget) AptOutput(ctx context.Context, command string) (string, error) {
+	return t.e.r.query(ctx, command)
+}
+
 func (t commTarget) RunInput(ctx context.Context, command string, stdin io.Reader) error {
 	res, err := t.e.r.execInput(ctx, command, false, stdin)
 	if err != nil {
