@@ -1,8 +1,7 @@
 // Package imagekernel holds the one rule for which kernels an image has,
 // followed by the podvm-gpu provisioner (over its communicator), the
-// podvm-rootfs disk writer (on the host's copy of the tree) and the mkosi
-// generator's scripts (image_kernels in mkosi/scripts/prelude.sh, proven
-// equal by this package's tests).
+// podvm-rootfs disk writer (on the host's copy of the tree) and a mkosi
+// tree's build (mkosi run-steps, through mkosi-chroot).
 //
 // A kernel of the image is a release <v> with a directory
 // /usr/lib/modules/<v> and a kernel image beside it: /boot/vmlinuz-<v> or

@@ -1,9 +1,7 @@
 package imagekernel_test
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -59,12 +57,11 @@ func check(t *testing.T, path string, tree kerneltest.Tree, got []string, err er
 }
 
 // Every reader of the image's kernels, on the same fixture trees: the host
-// reader (the disk writer's), the listing run inside the image (the
-// provisioner's, here in a real chroot), and the mkosi scripts' shell
-// function, which must agree with the Go rule.
+// reader (the disk writer's) and the listing run inside the image (the
+// provisioner's over its communicator and mkosi run-steps' through
+// mkosi-chroot; here in a real chroot).
 func TestTrees(t *testing.T) {
 	chroottest.RequireRoot(t)
-	prelude := imageKernelsFunc(t)
 	for _, tree := range kerneltest.Trees {
 		t.Run(tree.Name, func(t *testing.T) {
 			host := t.TempDir()
@@ -89,44 +86,8 @@ func TestTrees(t *testing.T) {
 			got, err = imagekernel.Select(tr)
 			check(t, "ListCommand", tree, got, err)
 
-			cmd := exec.Command("sh", "-c", prelude+"\nimage_kernels")
-			cmd.Env = append(os.Environ(), "BUILDROOT="+host)
-			out, err = cmd.Output()
-			if err != nil {
-				t.Fatalf("prelude's image_kernels: %v", err)
-			}
-			got = strings.Fields(string(out))
-			if tree.Refused != "" {
-				// The scripts hand the list to `packer-plugin-podvm mkosi
-				// modules`, which refuses it by the same Valid.
-				if !slices.Contains(got, tree.Refused) || imagekernel.Valid(tree.Refused) {
-					t.Errorf("prelude: %q; want %q listed and refused by Valid", got, tree.Refused)
-				}
-				return
-			}
-			check(t, "prelude", tree, got, nil)
 		})
 	}
-}
-
-// imageKernelsFunc is the image_kernels function of the mkosi scripts'
-// prelude, as the generator embeds it.
-func imageKernelsFunc(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("dpkg"); err != nil {
-		t.Fatalf("the prelude orders kernels with dpkg --compare-versions: %v", err)
-	}
-	data, err := os.ReadFile(filepath.Join("..", "mkosi", "scripts", "prelude.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	i := strings.Index(s, "image_kernels() {\n")
-	j := strings.Index(s[max(i, 0):], "\n}\n")
-	if i < 0 || j < 0 {
-		t.Fatal("no image_kernels function in mkosi/scripts/prelude.sh")
-	}
-	return s[i : i+j+3]
 }
 
 // A name holding a newline cannot forge a record of the listing.
