@@ -3,6 +3,7 @@ package imagestep
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"net/http"
 	"strings"
@@ -157,6 +158,12 @@ func (e *Executor) signModules(ctx context.Context, a gpustack.SignModules) erro
 	return e.Target.RunInput(ctx, cmd, bytes.NewReader(in))
 }
 
+// verifyRepoApt defines the shell function verify_repo_apt, the apt half
+// of the self-test.
+//
+//go:embed scripts/verify-repo-apt.sh
+var verifyRepoApt string
+
 // VerifyRepoCommand is the offline self-test of the baked repository: apt
 // with it as its only source must accept the signature and take the
 // packages from it. The image's dpkg status is at imageStatus, so that a
@@ -164,10 +171,13 @@ func (e *Executor) signModules(ctx context.Context, a gpustack.SignModules) erro
 func VerifyRepoCommand(a gpustack.VerifyRepo, imageStatus string) string {
 	src := bake.Sources(a.Dir, a.Keyring)
 	status := `: > "$d/status"`
-	if a.ImageStatus() {
+	// With the full closure apt starts from an empty dpkg status, as a
+	// driver container does; otherwise the image's supplies what the
+	// repository leaves out.
+	if !a.Closure {
 		status = `cp ` + shellquote.Word(imageStatus) + ` "$d/status"`
 	}
-	return gpustack.VerifyRepoShell +
+	return verifyRepoApt +
 		`d=$(mktemp -d) && trap 'rm -rf "$d"' EXIT && ` +
 		`mkdir -p "$d/lists/partial" "$d/archives/partial" "$d/sources.list.d" "$d/preferences.d" && ` + status + ` && ` +
 		`printf '%s' ` + shellquote.Word(src) + ` > "$d/sources.list.d/local.sources" && ` +

@@ -21,19 +21,14 @@ import (
 )
 
 // RunCommand is the mkosi subcommand: it renders a tree from the settings
-// (flags, then the environment) and the target's flags. Two hidden
-// subcommands are the build's own: bake-repo, module-key, modules and
+// (flags, then the environment) and the target's flags. Hidden
+// subcommands are the build's own: run-steps, bake-repo, record-disk and
 // check-keys.
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// bake-repo is the host-side step the generated post-installation
 	// script calls; it is not meant for people, so usage does not list it.
 	if len(args) > 0 && args[0] == "bake-repo" {
 		return runBakeRepo(ctx, args[1:], stdout, stderr)
-	}
-	// module-key pipes the user's module signing key into the
-	// post-installation script's signing command, equally hidden.
-	if len(args) > 0 && args[0] == "module-key" {
-		return runModuleKey(args[1:], stdout, stderr)
 	}
 	// run-steps is the scripts' one call into the plan's executor,
 	// equally hidden.
@@ -375,33 +370,6 @@ func runRecordDisk(args []string, stdout, stderr io.Writer) int {
 		signed = "signed with the repository's key"
 	}
 	fmt.Fprintf(stdout, "  record: %s in %s, %s\n", filepath.Base(disk), paths[0], signed)
-	return 0
-}
-
-// runModuleKey writes the input of the module signing command in key
-// mode, as bake.ModuleKeyInput makes it for the provisioner too.
-func runModuleKey(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("mkosi module-key", pflag.ContinueOnError)
-	var k gpustack.ModuleKey
-	fs.StringVar(&k.File, "key", "", "the module signing key (PEM)")
-	fs.StringVar(&k.Cert, "cert", "", "its certificate (PEM or DER)")
-	fs.StringVar(&k.PassphraseEnv, "passphrase-env", "", "the variable that holds the key's passphrase")
-	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
-		return code
-	}
-	if k.File == "" || k.Cert == "" {
-		fmt.Fprintln(stderr, "mkosi module-key: --key and --cert are required")
-		return 2
-	}
-	in, err := bake.ModuleKeyInput(k)
-	if err != nil {
-		fmt.Fprintln(stderr, "mkosi module-key:", err)
-		return 1
-	}
-	if _, err := stdout.Write(in); err != nil {
-		fmt.Fprintln(stderr, "mkosi module-key:", err)
-		return 1
-	}
 	return 0
 }
 

@@ -16,7 +16,6 @@ func TestHiddenSubcommandsReportBadFlags(t *testing.T) {
 	for _, c := range []struct{ sub, flag string }{
 		{"run-steps", "--plan"},
 		{"bake-repo", "--spec"},
-		{"module-key", "--cert"},
 		{"check-keys", "--root"},
 	} {
 		var stderr bytes.Buffer

@@ -16,16 +16,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 )
 
 // TestModuleKeyTree renders nvidia_module_signing=key: the key's and the
 // certificate's directories are mounted for the scripts only (never into
-// an image tree), the passphrase variable is passed through, and the
-// post-installation script pipes this program's module-key output into the
-// signing command. Real mkosi parses the tree.
+// an image tree), the passphrase variable is passed through to run-steps
+// alone, and the plan file names the key where the sandbox mounts it, for
+// run-steps to pipe into the signing command. Real mkosi parses the tree.
 func TestModuleKeyTree(t *testing.T) {
 	keys, certs := t.TempDir(), t.TempDir()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -127,35 +126,5 @@ func TestModuleKeyTree(t *testing.T) {
 	}
 	if _, ok := img.Environment["MODPASS"]; !ok {
 		t.Errorf("mkosi's Environment %v lacks MODPASS", img.Environment)
-	}
-}
-
-// TestModuleKeyCommand: the hidden module-key subcommand writes exactly
-// what the provisioner pipes (bake.ModuleKeyInput), and fails clearly.
-func TestModuleKeyCommand(t *testing.T) {
-	dir := t.TempDir()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	keyFile, certFile := filepath.Join(dir, "k.pem"), filepath.Join(dir, "c.der")
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
-	os.WriteFile(certFile, der, 0o644)
-	var out, errb strings.Builder
-	if rc := RunCommand(context.Background(), []string{"module-key", "--key", keyFile, "--cert", certFile}, &out, &errb); rc != 0 {
-		t.Fatalf("rc %d: %s", rc, errb.String())
-	}
-	want, err := bake.ModuleKeyInput(gpustack.ModuleKey{File: keyFile, Cert: certFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != string(want) {
-		t.Errorf("module-key wrote\n%s\nwant\n%s", out.String(), want)
-	}
-	errb.Reset()
-	if rc := RunCommand(context.Background(), []string{"module-key", "--key", keyFile}, &out, &errb); rc != 2 || !strings.Contains(errb.String(), "--key and --cert are required") {
-		t.Errorf("no --cert: rc %d, %q", rc, errb.String())
 	}
 }

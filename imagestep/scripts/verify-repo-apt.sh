@@ -1,10 +1,9 @@
 # shellcheck shell=sh
 # verify_repo_apt APT DIR PACKAGE...: the apt half of the baked
-# repository's offline self-test, the same on both back ends (the
-# provisioner runs it in the image, the mkosi scripts in the sandbox).
+# repository's offline self-test, which imagestep runs in the image for
+# both back ends.
 #
-# APT is the apt-get command, split on blanks ("apt-get", or
-# "mkosi-chroot apt-get"). DIR is a private directory as that apt sees it:
+# APT is the apt-get command, split on blanks. DIR is a private directory:
 # it holds sources.list.d/ with the repository as the only source,
 # preferences.d/, lists/partial/, archives/partial/ and status, the dpkg
 # status apt starts from (empty when the repository holds the full

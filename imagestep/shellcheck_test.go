@@ -1,0 +1,21 @@
+package imagestep
+
+import (
+	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/internal/shellcheck"
+)
+
+// TestCommandsShellcheck holds the commands this package composes, its
+// embedded script included, to sh -n and shellcheck.
+func TestCommandsShellcheck(t *testing.T) {
+	shellcheck.Require(t)
+	for name, cmd := range map[string]string{
+		"verify repo, full closure": VerifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-6.1.0-1-amd64"}, Closure: true}, "/var/lib/dpkg/status"),
+		"verify repo, image status": VerifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-6.1.0-1-amd64"}}, "/var/lib/dpkg/status"),
+		"list sources":              ListSourcesCommand,
+	} {
+		shellcheck.Check(t, name, "#!/bin/sh\n"+cmd+"\n")
+	}
+}
