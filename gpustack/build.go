@@ -142,17 +142,8 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 	}
 	r, ok := releases[t.Distro+"-"+t.Version]
 	if ok && t.KernelsAtBuildTime {
-		// A generated image boots from its own disk, GPU stack or not.
-		image, headers := r.family.kernelMeta(t.Arch)
-		p.KernelPackages = []string{image, headers}
-		p.BootPackages = r.family.bootPackages()
-		p.KernelCmdline = KernelCmdline
-		if t.Mirror != "" {
-			archive, err := ArchiveSources(t, t.Mirror, t.SecurityMirror)
-			if err != nil {
-				return nil, err
-			}
-			p.Archive = archive
+		if err := p.bootFacts(r.family); err != nil {
+			return nil, err
 		}
 	}
 	if idle := o.Idle(); idle != "" {
@@ -209,62 +200,93 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 		p.add("hold", "Holding the "+what+" packages, so an apt upgrade keeps image and repository matched", holds)
 	}
 	if o.RepoEnabled() {
-		templates := o.RepoPackages
-		if templates == nil {
-			templates = f.repoTemplates()
-		}
-		bake := BakeRepo{
-			Dir:         o.RepoPath,
-			Kernels:     kernels,
-			Packages:    expand(append(slices.Clone(templates), o.RepoExtraPackages...), kernels),
-			Closure:     o.RepoClosure == "full",
-			Keyring:     o.RepoKeyring,
-			SourcesFile: o.RepoSourcesFile,
-			SigningKey:  o.SigningKey,
-			Passphrase:  o.PassphraseEnv,
-			AllDigests:  o.RepoAllDigests,
-			OutputDir:   o.OutputDir,
-			ModuleCert:  p.ModuleSigning.CertDER,
-			ExposePath:  o.RepoExposePath,
-			Operator:    o.GPUOperator(),
-		}
-		if !o.EnableGPU {
-			p.add("apt-update", "Refreshing package lists", AptUpdate{})
-		}
-		p.Repo = &bake
-		p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
-		if e := o.RepoExposePath; e != "" {
-			p.add("repo-expose", "Binding the repository read-only at "+e+" at boot, where the GPU Operator driver container sees it",
-				WriteFile{Path: "/etc/systemd/system/" + ExposeUnit, Mode: modeFile, Owner: "root:root", Content: exposeService(o.RepoPath, e)},
-				EnableUnits{Units: []string{ExposeUnit}})
-		}
+		p.repoSteps(o, f)
 	}
 	if o.Verify {
-		var checks []Action
-		if o.EnableGPU {
-			checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules},
-				CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
-			if ms := p.ModuleSigning; ms.CertDER != "" {
-				var check Action = SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true}
-				if p.Driver.Source == SourceAuto {
-					check = IfDriverSource{Source: TakenDistro, Actions: []Action{check}}
-				}
-				checks = append(checks, check)
-			}
-			if o.Toolkit && o.HookMode != HookCDI {
-				checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
-			}
-		}
-		if o.RepoEnabled() {
-			var headers []string
-			for _, k := range kernels {
-				headers = append(headers, f.headers(k))
-			}
-			checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers, Closure: o.RepoClosure == "full"})
-		}
-		p.add("verify", "Verifying the image", checks...)
+		p.verifySteps(o, f)
 	}
 	return p, nil
+}
+
+// bootFacts are what a generated image needs to boot from its own disk,
+// GPU stack or not: its kernel, boot packages, command line and archive.
+func (p *Plan) bootFacts(f family) error {
+	t := p.Target
+	image, headers := f.kernelMeta(t.Arch)
+	p.KernelPackages = []string{image, headers}
+	p.BootPackages = f.bootPackages()
+	p.KernelCmdline = KernelCmdline
+	if t.Mirror != "" {
+		archive, err := ArchiveSources(t, t.Mirror, t.SecurityMirror)
+		if err != nil {
+			return err
+		}
+		p.Archive = archive
+	}
+	return nil
+}
+
+// repoSteps bake the node-local repository and expose it at boot.
+func (p *Plan) repoSteps(o Options, f family) {
+	kernels := p.Kernels
+	templates := o.RepoPackages
+	if templates == nil {
+		templates = f.repoTemplates()
+	}
+	bake := BakeRepo{
+		Dir:         o.RepoPath,
+		Kernels:     kernels,
+		Packages:    expand(append(slices.Clone(templates), o.RepoExtraPackages...), kernels),
+		Closure:     o.RepoClosure == "full",
+		Keyring:     o.RepoKeyring,
+		SourcesFile: o.RepoSourcesFile,
+		SigningKey:  o.SigningKey,
+		Passphrase:  o.PassphraseEnv,
+		AllDigests:  o.RepoAllDigests,
+		OutputDir:   o.OutputDir,
+		ModuleCert:  p.ModuleSigning.CertDER,
+		ExposePath:  o.RepoExposePath,
+		Operator:    o.GPUOperator(),
+	}
+	if !o.EnableGPU {
+		p.add("apt-update", "Refreshing package lists", AptUpdate{})
+	}
+	p.Repo = &bake
+	p.add("local-repo", fmt.Sprintf("Baking signed local repository %s for %s", o.RepoPath, kernelRange(kernels)), bake)
+	if e := o.RepoExposePath; e != "" {
+		p.add("repo-expose", "Binding the repository read-only at "+e+" at boot, where the GPU Operator driver container sees it",
+			WriteFile{Path: "/etc/systemd/system/" + ExposeUnit, Mode: modeFile, Owner: "root:root", Content: exposeService(o.RepoPath, e)},
+			EnableUnits{Units: []string{ExposeUnit}})
+	}
+}
+
+// verifySteps check the finished image: the modules, the driver's
+// version, their signatures, the hook and the repository offline.
+func (p *Plan) verifySteps(o Options, f family) {
+	kernels := p.Kernels
+	var checks []Action
+	if o.EnableGPU {
+		checks = append(checks, CheckModules{Kernels: kernels, Modules: p.Driver.Modules},
+			CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
+		if ms := p.ModuleSigning; ms.CertDER != "" {
+			var check Action = SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true}
+			if p.Driver.Source == SourceAuto {
+				check = IfDriverSource{Source: TakenDistro, Actions: []Action{check}}
+			}
+			checks = append(checks, check)
+		}
+		if o.Toolkit && o.HookMode != HookCDI {
+			checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
+		}
+	}
+	if o.RepoEnabled() {
+		var headers []string
+		for _, k := range kernels {
+			headers = append(headers, f.headers(k))
+		}
+		checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers, Closure: o.RepoClosure == "full"})
+	}
+	p.add("verify", "Verifying the image", checks...)
 }
 
 func (p *Plan) add(id, title string, actions ...Action) {
