@@ -37,6 +37,7 @@ func TestArchitecture(t *testing.T) {
 		// parser) and import
 		// no package that has options or back ends.
 		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
+		{"distro", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
 		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
 		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		// The image's record: dpkg's database and the SBOM made from it

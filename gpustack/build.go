@@ -3,6 +3,8 @@ package gpustack
 import (
 	"errors"
 	"fmt"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,11 +67,6 @@ type family interface {
 	// bootPackages are what a generated image needs to boot from a disk.
 	bootPackages() []string
 }
-
-// KernelCmdline is the command line of every bootable disk, whichever back
-// end builds it: the console on the screen and on the first serial port,
-// which QEMU's -serial, libvirt and the clouds' serial consoles show.
-const KernelCmdline = "console=tty0 console=ttyS0,115200n8"
 
 // releases is keyed by "<distro>-<version>"; the family files fill it.
 var releases = map[string]release{}
@@ -215,7 +212,7 @@ func (p *Plan) bootFacts(f family) error {
 	image, headers := f.kernelMeta(t.Arch)
 	p.KernelPackages = []string{image, headers}
 	p.BootPackages = f.bootPackages()
-	p.KernelCmdline = KernelCmdline
+	p.KernelCmdline = distro.KernelCmdline
 	if t.Mirror != "" {
 		archive, err := ArchiveSources(t, t.Mirror, t.SecurityMirror)
 		if err != nil {

@@ -3,6 +3,8 @@ package gpustack
 import (
 	"errors"
 	"fmt"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 // Debian: the driver comes from non-free (DKMS; open modules from contrib)
@@ -22,7 +24,7 @@ func (debian) archiveComponents() []string {
 	return []string{"contrib", "non-free", "non-free-firmware"}
 }
 
-func (debian) archiveKeyring() string { return "/usr/share/keyrings/debian-archive-keyring.gpg" }
+func (debian) archiveKeyring() string { return distro.DebianArchiveKeyring }
 
 func (debian) headers(k string) string { return "linux-headers-" + k }
 

@@ -2,6 +2,8 @@ package gpustack
 
 import (
 	"fmt"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"strings"
 )
 
@@ -27,7 +29,7 @@ func init() {
 
 func (ubuntu) archiveComponents() []string { return []string{"restricted"} }
 
-func (ubuntu) archiveKeyring() string { return "/usr/share/keyrings/ubuntu-archive-keyring.gpg" }
+func (ubuntu) archiveKeyring() string { return distro.UbuntuArchiveKeyring }
 
 func (ubuntu) headers(k string) string { return "linux-headers-" + k }
 

@@ -15,14 +15,13 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 // Where the image's apt sources go, as the chroot sees them.
 const (
 	debianSourcesPath  = "/etc/apt/sources.list.d/debian.sources"
 	oneLineSourcesPath = "/etc/apt/sources.list"
-	// debian-archive-keyring's keyring, which apt in every Debian tree has.
-	debianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
 	// Where the keyring setting is copied to, so the image's apt trusts the
 	// mirror debootstrap trusted.
 	mirrorKeyringPath = "/etc/apt/keyrings/podvm-rootfs-mirror.gpg"
@@ -38,7 +37,7 @@ func renderSources(sources []aptsource.Source) string {
 func imageSources(suite, mirror, security string, components []string, signedBy string) []aptsource.Source {
 	srcs := []aptsource.Source{{Types: []string{"deb"}, URIs: []string{strings.TrimSuffix(mirror, "/")}, Suites: aptsource.UpdatesSuites(suite), Components: components, SignedBy: signedBy}}
 	if sec := aptsource.SecuritySuite(suite); sec != "" && security != "" {
-		srcs = append(srcs, aptsource.Source{Types: []string{"deb"}, URIs: []string{strings.TrimSuffix(security, "/")}, Suites: []string{sec}, Components: components, SignedBy: debianKeyring})
+		srcs = append(srcs, aptsource.Source{Types: []string{"deb"}, URIs: []string{strings.TrimSuffix(security, "/")}, Suites: []string{sec}, Components: components, SignedBy: distro.DebianArchiveKeyring})
 	}
 	return srcs
 }
@@ -83,7 +82,7 @@ func writeAptSources(cfg *Config, ui packersdk.Ui, root string) error {
 		}
 		origin = "the mirror debootstrap wrote into " + oneLineSourcesPath
 	}
-	signedBy := debianKeyring
+	signedBy := distro.DebianArchiveKeyring
 	if cfg.Keyring != "" {
 		// The mirror is signed with the keyring setting's key, which the
 		// image's apt must trust as debootstrap did.

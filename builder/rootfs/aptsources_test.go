@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/config"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 func TestRenderSources(t *testing.T) {
@@ -26,7 +27,7 @@ func TestRenderSources(t *testing.T) {
 		want                    string
 	}{
 		{"stable with security", "trixie", "http://mirror.example/debian/", "http://security.example/debian-security",
-			[]string{"main"}, debianKeyring, header + `
+			[]string{"main"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: http://mirror.example/debian
 Suites: trixie trixie-updates
@@ -40,7 +41,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `},
 		{"components", "bookworm", "file:///srv/mirror/debian", "https://security.example/debian-security/",
-			[]string{"main", "contrib", "non-free-firmware"}, debianKeyring, header + `
+			[]string{"main", "contrib", "non-free-firmware"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: file:///srv/mirror/debian
 Suites: bookworm bookworm-updates
@@ -54,7 +55,7 @@ Components: main contrib non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `},
 		{"no security mirror", "trixie", "http://mirror.example/debian", "",
-			[]string{"main"}, debianKeyring, header + `
+			[]string{"main"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: http://mirror.example/debian
 Suites: trixie trixie-updates
@@ -62,7 +63,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `},
 		{"sid has no updates or security", "sid", "http://mirror.example/debian", "http://security.example/debian-security",
-			[]string{"main"}, debianKeyring, header + `
+			[]string{"main"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: http://mirror.example/debian
 Suites: sid
@@ -70,7 +71,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `},
 		{"testing", "testing", "http://mirror.example/debian", "",
-			[]string{"main"}, debianKeyring, header + `
+			[]string{"main"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: http://mirror.example/debian
 Suites: testing
@@ -92,7 +93,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `},
 		{"legacy security suite", "buster", "http://archive.example/debian", "http://archive.example/debian-security",
-			[]string{"main"}, debianKeyring, header + `
+			[]string{"main"}, distro.DebianArchiveKeyring, header + `
 Types: deb
 URIs: http://archive.example/debian
 Suites: buster buster-updates
@@ -287,7 +288,7 @@ func assertAptSources(t *testing.T, root, mirror, security string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := renderSources(imageSources("trixie", mirror, security, []string{"main"}, debianKeyring))
+	want := renderSources(imageSources("trixie", mirror, security, []string{"main"}, distro.DebianArchiveKeyring))
 	if string(data) != want {
 		t.Errorf("debian.sources:\n%s\nwant:\n%s", data, want)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
@@ -667,7 +668,7 @@ func (c *Config) prepareFormat(add func(string, ...any)) {
 	}
 	c.diskBytes = n
 	if c.KernelCmdline == "" {
-		c.KernelCmdline = defaultCmdline
+		c.KernelCmdline = distro.KernelCmdline
 	}
 	// Control characters, a second line among them, were refused by
 	// checkText.

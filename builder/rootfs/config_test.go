@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 // fakeHost is a root amd64 host with every tool, working in /work/tpl, and
@@ -114,9 +115,9 @@ func TestPrepareFormatDefaults(t *testing.T) {
 	}{
 		{"", "", "", "", nil},
 		{"tar", "", "/work/tpl/output-base.tar.zst", "", nil},
-		{"raw", "/work/tpl/output-base.raw", "", defaultCmdline, []string{"sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy"}},
-		{"qcow2", "/work/tpl/output-base.qcow2", "", defaultCmdline, []string{"sfdisk", "qemu-img"}},
-		{"vhd", "/work/tpl/output-base.vhd", "", defaultCmdline, []string{"qemu-img"}},
+		{"raw", "/work/tpl/output-base.raw", "", distro.KernelCmdline, []string{"sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy"}},
+		{"qcow2", "/work/tpl/output-base.qcow2", "", distro.KernelCmdline, []string{"sfdisk", "qemu-img"}},
+		{"vhd", "/work/tpl/output-base.vhd", "", distro.KernelCmdline, []string{"qemu-img"}},
 	}
 	for _, tt := range tests {
 		t.Run("format "+tt.format, func(t *testing.T) {

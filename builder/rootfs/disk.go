@@ -47,9 +47,6 @@ const (
 	// rootLabel is the root file system's label; the boot entry finds the
 	// root by PARTUUID, the label is for people.
 	rootLabel = "podvm-root"
-	// defaultCmdline gives a console on the first serial port, which is
-	// what cloud consoles and QEMU's -serial show, and on the screen.
-	defaultCmdline = "console=tty0 console=ttyS0,115200n8"
 )
 
 // GPT partition types (UAPI discoverable partitions specification).

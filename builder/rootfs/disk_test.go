@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot/chroottest"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel/kerneltest"
 )
 
@@ -139,7 +140,7 @@ func TestBuildDisk(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "disk.qcow2")
 	var said []string
 	res, err := buildDisk(context.Background(), diskBuild{Root: root, Arch: "amd64", Format: formatQcow2, Size: 2 * gib,
-		Cmdline: defaultCmdline, Output: out, HostBootloaderDir: "/nonexistent", Say: func(s string) { said = append(said, s) }})
+		Cmdline: distro.KernelCmdline, Output: out, HostBootloaderDir: "/nonexistent", Say: func(s string) { said = append(said, s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestBuildDiskFormats(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "disk."+format)
 			res, err := buildDisk(context.Background(), diskBuild{Root: root, Arch: "amd64", Format: format, Size: 1536 * mib,
-				Cmdline: defaultCmdline, Output: out, HostBootloaderDir: host, Say: func(string) {}})
+				Cmdline: distro.KernelCmdline, Output: out, HostBootloaderDir: host, Say: func(string) {}})
 			if err != nil {
 				t.Fatal(err)
 			}
