@@ -720,15 +720,6 @@ func deb822(srcs []gpustack.AptSource) string {
 	return strings.Join(parts, "\n")
 }
 
-// Shellcheck directives for rendered lines that do on purpose what it
-// warns about: a script single-quoted for sh -c to expand in the image
-// (SC2016), and the word lists $kernels and $pkgs, which split into kernel
-// versions and package names, none holding a blank or a glob (SC2086).
-const (
-	scImageScript = "# shellcheck disable=SC2016,SC2086 # a script for sh -c in the image; $kernels splits into versions.\n"
-	scWordList    = "# shellcheck disable=SC2086 # $pkgs splits into package names.\n"
-)
-
 // packageNames drops the =version of each package.
 func packageNames(pkgs []string) []string {
 	names := make([]string, len(pkgs))
