@@ -91,7 +91,7 @@ func TestBackEndsRunActions(t *testing.T) {
 		{"provisioner/gpu", func(_, a string) bool { return a == "BakeRepo" }},
 		{"mkosi", func(f, _ string) bool { return f == "render.go" || f == "runsteps.go" }},
 	} {
-		for file, names := range selectors(t, tc.pkg, "gpustack") {
+		for file, names := range selectors(t, tc.pkg, module+"gpustack") {
 			for _, n := range names {
 				if actions[n] && !tc.allowed(file, n) {
 					t.Errorf("%s/%s names the action gpustack.%s: an action's implementation belongs in imagestep", tc.pkg, file, n)
@@ -127,14 +127,26 @@ func actionTypes(t *testing.T) map[string]bool {
 }
 
 // selectors lists, by file, the names a package's non-test files select
-// from the imported package pkgName.
-func selectors(t *testing.T, dir, pkgName string) map[string][]string {
+// from the package with import path imp, under whatever name they import it.
+func selectors(t *testing.T, dir, imp string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for name, f := range parseDir(t, dir) {
+		local := ""
+		for _, is := range f.Imports {
+			if strings.Trim(is.Path.Value, `"`) == imp {
+				local = imp[strings.LastIndex(imp, "/")+1:]
+				if is.Name != nil {
+					local = is.Name.Name
+				}
+			}
+		}
+		if local == "" || local == "_" {
+			continue
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			if se, ok := n.(*ast.SelectorExpr); ok {
-				if id, ok := se.X.(*ast.Ident); ok && id.Name == pkgName {
+				if id, ok := se.X.(*ast.Ident); ok && id.Name == local {
 					out[name] = append(out[name], se.Sel.Name)
 				}
 			}

@@ -93,7 +93,7 @@ func TestDriverProbeWithRealApt(t *testing.T) {
 		}
 		// The explanations come first, the source taken last.
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if got := lines[len(lines)-1]; got != tt.want || len(lines) != len(tt.kernels)+1 && tt.want == gpustack.TakenPrecompiled {
+		if got := lines[len(lines)-1]; got != tt.want || (len(lines) != len(tt.kernels)+1 && tt.want == gpustack.TakenPrecompiled) {
 			t.Errorf("probe for %v: %q; want %q\n%s", tt.kernels, got, tt.want, stderr.String())
 		}
 	}

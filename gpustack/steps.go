@@ -10,7 +10,7 @@ import (
 
 // actionTypes are the plan's actions by name, for the steps' JSON form: a
 // generator writes the steps into its tree, and the one executor reads
-// them back at build time (docs/README.md, "One executor").
+// them back at build time (docs/mkosi.md, "Scripts").
 var actionTypes = map[string]reflect.Type{}
 
 func init() {

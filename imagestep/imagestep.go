@@ -28,8 +28,8 @@ type Target interface {
 	// RunInput runs a command with stdin: secrets go this way, never
 	// through a file or the command line.
 	RunInput(ctx context.Context, command string, stdin io.Reader) error
-	// Put installs content at path with mode and owner ("user:group"),
-	// leaving a file that is already so untouched.
+	// Put installs content at path with mode and owner ("user:group"); a
+	// rerun gives the same file.
 	Put(ctx context.Context, path string, content []byte, mode fs.FileMode, owner string) error
 	// Install installs packages ("name" or "name=version") with the image's
 	// package manager, noninteractively.
@@ -40,6 +40,30 @@ type Target interface {
 	// image, and returns its standard output: in the image itself over a
 	// communicator, in mkosi's sandbox (whose apt acts on the image).
 	AptOutput(ctx context.Context, command string) (string, error)
+}
+
+// CommandError is a command that ran in the image and failed: which one,
+// its exit status and the end of its output.
+type CommandError struct {
+	Command    string   // the command as the executor wrote it
+	ExitStatus int      // its exit status
+	Output     []string // the last lines of its combined output
+}
+
+// ExitCode is the command's exit status.
+func (e *CommandError) ExitCode() int { return e.ExitStatus }
+
+func (e *CommandError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "command exited with status %d: %s", e.ExitStatus, e.Command)
+	if len(e.Output) > 0 {
+		fmt.Fprintf(&b, "\nlast %d lines of output:", len(e.Output))
+		for _, l := range e.Output {
+			b.WriteString("\n    ")
+			b.WriteString(l)
+		}
+	}
+	return b.String()
 }
 
 // StepError is a failed plan step: which one, and why.
@@ -195,8 +219,7 @@ func (e *Executor) checkDeclared(ctx context.Context, a gpustack.Action) error {
 			names[i], _, _ = strings.Cut(p, "=")
 		}
 		e.Say("installed by the image's package list: " + strings.Join(names, " "))
-		return e.Target.Run(ctx, `for p; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q ' installed$' || { echo "package $p is not installed in the image" >&2; exit 1; }; done`+
-			" podvm-installed "+shellquote.JoinWords(names...))
+		return e.Target.Run(ctx, InstalledCommand(names))
 	case gpustack.WriteFile:
 		return e.exists(ctx, a.Path)
 	case gpustack.AptSource:
@@ -209,8 +232,19 @@ func (e *Executor) checkDeclared(ctx context.Context, a gpustack.Action) error {
 }
 
 func (e *Executor) exists(ctx context.Context, p string) error {
-	return e.Target.Run(ctx, `if [ -e "$1" ]; then printf '%s: in place\n' "$1"; else printf '%s: missing from the image\n' "$1" >&2; exit 1; fi`+
-		" podvm-exists "+shellquote.Word(p))
+	return e.Target.Run(ctx, ExistsCommand(p))
+}
+
+// InstalledCommand fails unless dpkg has each package installed.
+func InstalledCommand(pkgs []string) string {
+	script := `for p; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q ' installed$' || { echo "package $p is not installed in the image" >&2; exit 1; }; echo "$p: installed"; done`
+	return "sh -c " + shellquote.Quote(script) + " podvm-installed " + shellquote.JoinWords(pkgs...)
+}
+
+// ExistsCommand fails unless path exists.
+func ExistsCommand(path string) string {
+	script := `if [ -e "$1" ]; then printf '%s: in place\n' "$1"; else printf '%s: missing from the image\n' "$1" >&2; exit 1; fi`
+	return "sh -c " + shellquote.Quote(script) + " podvm-exists " + shellquote.Word(path)
 }
 
 // chooseDriver runs the plan's probe in the image, installs the branch it

@@ -15,6 +15,8 @@ func TestCommandsShellcheck(t *testing.T) {
 		"verify repo, full closure": VerifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-6.1.0-1-amd64"}, Closure: true}, "/var/lib/dpkg/status"),
 		"verify repo, image status": VerifyRepoCommand(gpustack.VerifyRepo{Dir: "/opt/r", Keyring: "/k.gpg", Packages: []string{"linux-headers-6.1.0-1-amd64"}}, "/var/lib/dpkg/status"),
 		"list sources":              ListSourcesCommand,
+		"installed":                 InstalledCommand([]string{"dpkg", "apt"}),
+		"exists":                    ExistsCommand("/etc/it's here"),
 	} {
 		shellcheck.Check(t, name, "#!/bin/sh\n"+cmd+"\n")
 	}

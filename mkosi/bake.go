@@ -11,9 +11,9 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 )
 
-// Bake is the host-side half of the local repository step, which the
-// post-installation script runs once it has downloaded the .debs into the
-// image's repository directory. The bake package does the work, as for
+// Bake is the host-side half of the local repository step, which run-steps
+// runs once it has downloaded the .debs into the image's repository
+// directory. The bake package does the work, as for
 // the Packer provisioner; this only locates its inputs in mkosi's
 // sandbox. The signing key is read from the host (through $SRCDIR) and
 // never written anywhere.
@@ -29,15 +29,15 @@ type Bake struct {
 func (b Bake) Run(ctx context.Context) (*bake.Index, error) {
 	data, err := os.ReadFile(b.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("bake-repo: %w", err)
+		return nil, fmt.Errorf("bake local repository: %w", err)
 	}
 	var spec bake.Spec
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("bake-repo: %s: %w", b.Spec, err)
+		return nil, fmt.Errorf("bake local repository: %s: %w", b.Spec, err)
 	}
 	date, err := aptrepo.DateFromEnvironment()
 	if err != nil {
-		return nil, fmt.Errorf("bake-repo: %w", err)
+		return nil, fmt.Errorf("bake local repository: %w", err)
 	}
 	var key string
 	if k := spec.Repo.SigningKey; k != "" {
@@ -45,7 +45,7 @@ func (b Bake) Run(ctx context.Context) (*bake.Index, error) {
 	}
 	idx, err := spec.InTree(ctx, bake.Tree{Root: b.Root, Kernels: b.Kernels, KeyFile: key, Date: date, ArtifactsDir: b.ArtifactsDir})
 	if err != nil {
-		return nil, fmt.Errorf("bake-repo: %w", err)
+		return nil, fmt.Errorf("bake local repository: %w", err)
 	}
 	return idx, nil
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 )
 
-// TestBakeFromTree runs the post-installation script's bake-repo step as
-// the rendered tree sets it up: the tree's podvm-bake.json, a signing key
+// TestBakeFromTree runs the host-side half of run-steps' bake as the
+// rendered tree sets it up: the tree's podvm-bake.json, a signing key
 // mounted below $SRCDIR, a .deb in the image's repository directory. The
 // repository is signed by that key, and the manifest and the artefacts
 // come out.
@@ -62,10 +62,9 @@ func TestBakeFromTree(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), []byte("Package: linux-image-6.12.1-amd64\nStatus: hold ok installed\nVersion: 1\nArchitecture: amd64\n"), 0o644)
 	t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
-	var out, errb strings.Builder
-	args := []string{"bake-repo", "--root", root, "--spec", spec, "--srcdir", srcdir, "--kernels", "6.12.1-amd64", "--artifacts", arts}
-	if rc := RunCommand(context.Background(), args, &out, &errb); rc != 0 {
-		t.Fatalf("bake-repo: rc %d\n%s", rc, errb.String())
+	idx, err := (Bake{Root: root, Spec: spec, SrcDir: srcdir, Kernels: []string{"6.12.1-amd64"}, ArtifactsDir: arts}).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
 	var m bake.Manifest
 	data, err := os.ReadFile(filepath.Join(arts, bake.ManifestFile))
@@ -83,8 +82,8 @@ func TestBakeFromTree(t *testing.T) {
 		m.Generator != Generator || strings.Join(m.Held, " ") != "linux-image-6.12.1-amd64" || strings.Join(m.Kernels, " ") != "6.12.1-amd64" {
 		t.Errorf("manifest: %s", data)
 	}
-	if !strings.Contains(out.String(), "key "+fp) {
-		t.Errorf("output: %s", out.String())
+	if idx.Fingerprint != fp {
+		t.Errorf("index signed by %s, want %s", idx.Fingerprint, fp)
 	}
 }
 

@@ -22,16 +22,10 @@ import (
 
 // RunCommand is the mkosi subcommand: it renders a tree from the settings
 // (flags, then the environment) and the target's flags. Hidden
-// subcommands are the build's own: run-steps, bake-repo, record-disk and
-// check-keys.
+// subcommands are the build's own: run-steps, record-disk and check-keys.
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	// bake-repo is the host-side step the generated post-installation
-	// script calls; it is not meant for people, so usage does not list it.
-	if len(args) > 0 && args[0] == "bake-repo" {
-		return runBakeRepo(ctx, args[1:], stdout, stderr)
-	}
-	// run-steps is the scripts' one call into the plan's executor,
-	// equally hidden.
+	// run-steps is the scripts' one call into the plan's executor; it is
+	// not meant for people, so usage does not list it.
 	if len(args) > 0 && args[0] == "run-steps" {
 		return runSteps(ctx, args[1:], stdout, stderr)
 	}
@@ -314,31 +308,6 @@ func mkosiMirrors(aptDir string, t gpustack.Target, mirror, security aptsource.S
 		fmt.Fprintf(out, "mkosi: security archive %s (from %s)\n", s.URL, s.Origin)
 	}
 	return a.URL, s.URL, nil
-}
-
-func runBakeRepo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("mkosi bake-repo", pflag.ContinueOnError)
-	var b Bake
-	fs.StringVar(&b.Root, "root", "", "the image root ($BUILDROOT)")
-	fs.StringVar(&b.Spec, "spec", "", "the tree's podvm-bake.json")
-	fs.StringVar(&b.SrcDir, "srcdir", ".", "the tree as mkosi mounts it ($SRCDIR)")
-	fs.StringVar(&b.ArtifactsDir, "artifacts", "", "directory for the host artifacts")
-	kernels := fs.String("kernels", "", "the targeted image kernels, space separated")
-	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
-		return code
-	}
-	if b.Root == "" || b.Spec == "" || strings.TrimSpace(*kernels) == "" {
-		fmt.Fprintln(stderr, "mkosi bake-repo: --root, --spec and --kernels are required")
-		return 2
-	}
-	b.Kernels = strings.Fields(*kernels)
-	res, err := b.Run(ctx)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "  repo: %d packages, key %s\n", len(res.Packages), res.Fingerprint)
-	return 0
 }
 
 func runRecordDisk(args []string, stdout, stderr io.Writer) int {

@@ -15,7 +15,7 @@ import (
 func TestHiddenSubcommandsReportBadFlags(t *testing.T) {
 	for _, c := range []struct{ sub, flag string }{
 		{"run-steps", "--plan"},
-		{"bake-repo", "--spec"},
+		{"record-disk", "--spec"},
 		{"check-keys", "--root"},
 	} {
 		var stderr bytes.Buffer

@@ -36,8 +36,8 @@ const MinimumVersion = "25"
 type Config struct {
 	// Plan must target build-time kernels (Target.KernelsAtBuildTime).
 	Plan *gpustack.Plan
-	// Bin is the host path of packer-plugin-podvm: the post-installation
-	// script runs it to index and sign the local repository.
+	// Bin is the host path of packer-plugin-podvm: the scripts run it to
+	// run the plan's steps (run-steps) and check for key material.
 	Bin string
 	// HTTPClient fetches repository keys named by URL (through repokey,
 	// https only); nil means a default client.
@@ -223,10 +223,12 @@ type renderer struct {
 	// checks: a step only checks the image, which the finalize script
 	// runs last in a tree of ours.
 	checks bool
-	// runArgs are run-steps' arguments beyond the plan and the phase;
-	// specPath the tree's podvm-bake.json.
+	// runArgs are run-steps' arguments beyond the plan and the phase for
+	// the steps that change the image; specPath the tree's podvm-bake.json.
 	runArgs  []string
 	specPath string
+	// apt: a step runs apt in the image.
+	apt bool
 	// record is the post-output step that records the disk beside the
 	// build's manifest (mkosi record-disk); "" without a bake.
 	record string
@@ -366,7 +368,8 @@ func (r *renderer) action(ctx context.Context, a gpustack.Action, archive []gpus
 	case gpustack.IfDriverSource:
 		inner := gpustack.IfDriverSource{Source: a.Source}
 		for _, x := range a.Actions {
-			if declared(x) {
+			// Presets enable units whatever the choice.
+			if _, unit := x.(gpustack.EnableUnits); unit || declared(x) {
 				return nil, fmt.Errorf("action %T cannot depend on the driver source taken: mkosi sets it up before the build", x)
 			}
 			y, err := r.action(ctx, x, archive)
@@ -399,9 +402,12 @@ func (r *renderer) action(ctx context.Context, a gpustack.Action, archive []gpus
 		return a, nil
 	case gpustack.BakeRepo:
 		return r.bakeRepo(a)
+	case gpustack.HoldPackages, gpustack.VerifyRepo:
+		// run-steps runs apt in the image for them.
+		r.apt = true
 	case gpustack.AptUpdate, gpustack.DeferInitramfs, gpustack.UpdateInitramfs, gpustack.ToolkitConfig,
-		gpustack.CheckKernelSignatures, gpustack.CheckModules, gpustack.HoldPackages,
-		gpustack.CheckDriverVersion, gpustack.VerifyRepo, gpustack.VerifyExecutable:
+		gpustack.CheckKernelSignatures, gpustack.CheckModules,
+		gpustack.CheckDriverVersion, gpustack.VerifyExecutable:
 		// Nothing for mkosi to state: run-steps runs them in the image.
 	default:
 		return nil, fmt.Errorf("action %T has no mkosi rendering", a)
@@ -495,15 +501,14 @@ func (r *renderer) runSteps(phase string) string {
 	fmt.Fprintf(&b, "podvm_bin=%s\n", shellquote.Quote(r.c.Bin))
 	args := []string{"--plan", `"$SRCDIR"/` + shellquote.Quote(r.prefix+planFileName), "--phase", phase,
 		"--root", `"$BUILDROOT"`, "--srcdir", `"$SRCDIR"`}
-	args = append(args, r.runArgs...)
-	// The checks neither sign nor bake.
-	for _, e := range r.environment {
-		if phase == phaseCheck {
-			break
+	// The checks neither build, nor sign, nor bake.
+	if phase != phaseCheck {
+		args = append(args, r.runArgs...)
+		for _, e := range r.environment {
+			// secret registered e, a valid name, when the plan named it.
+			b.WriteString(e + "=\"$" + secretVar(e) + "\" ")
+			args = append(args, "--secret-env", e)
 		}
-		pass, _ := r.secret(e)
-		b.WriteString(pass)
-		args = append(args, "--secret-env", e)
 	}
 	fmt.Fprintf(&b, "\"$podvm_bin\" mkosi run-steps %s\n", strings.Join(args, " "))
 	return b.String()
@@ -516,7 +521,7 @@ func (r *renderer) finish() error {
 	var content, build section
 	content.name, build.name = "Content", "Build"
 	scn := setter{&content, &errp}
-	if r.c.Into != nil && len(r.packages) > 0 && !slices.Contains(r.packages, "apt") {
+	if r.c.Into != nil && r.apt && !slices.Contains(r.packages, "apt") {
 		// A tree of ours installs apt with the boot packages; a tree the
 		// layer goes into may not (a pod VM has no use for it), but the
 		// hold and the repository's self-test run it in the image.
@@ -656,6 +661,7 @@ func (r *renderer) finish() error {
 
 func (r *renderer) leakCheck() string {
 	var b strings.Builder
+	b.WriteString(prelude + "\n")
 	b.WriteString("echo '[check] No private key material in the image'\n")
 	if r.bake != nil {
 		fmt.Fprintf(&b, "repo_files_only %s\n", shellquote.Quote(r.bake.Dir))
@@ -683,7 +689,6 @@ func (r *renderer) script(kind, steps, tail string) string {
 	b.WriteString(r.scriptHeader(kind, "It runs on the build host in mkosi's sandbox; $BUILDROOT is the image.\nThe plan's steps run in packer-plugin-podvm (mkosi run-steps), which\nruns each command in the image with mkosi-chroot."))
 	b.WriteString("set -eu\n\n")
 	b.WriteString(r.secretsOut())
-	b.WriteString(prelude)
 	if steps != "" {
 		b.WriteString("\n" + steps)
 	}
@@ -696,17 +701,18 @@ func (r *renderer) script(kind, steps, tail string) string {
 // secretsOut moves the passphrases out of a script's environment.
 // mkosi's Environment= gives them to every script, and mkosi-chroot
 // passes them on to every command in the image (maintainer scripts,
-// DKMS): they leave the environment before anything runs, and only the
-// command that signs gets one back (secret).
+// DKMS): they leave the environment before anything runs, and only
+// run-steps gets them back (runSteps), which keeps them from every command
+// it runs in the image.
 func (r *renderer) secretsOut() string {
 	if len(r.environment) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("# Passphrases: out of the environment; only the signing commands get them.\n")
+	b.WriteString("# Passphrases: out of the environment; only run-steps gets them.\n")
 	for _, e := range r.environment {
 		// Not every script signs, and so not every one reads it.
-		fmt.Fprintf(&b, "# shellcheck disable=SC2034 # for the signing commands, if this script has any.\n%s=${%s-}\nunset %s\n", secretVar(e), e, e)
+		fmt.Fprintf(&b, "# shellcheck disable=SC2034 # for run-steps, if this script runs the steps that sign.\n%s=${%s-}\nunset %s\n", secretVar(e), e, e)
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -124,7 +123,7 @@ func (r *stepRun) run(ctx context.Context, planPath, phase string) error {
 		Declared:    declared,
 		Bake:        r.bake,
 		ModuleCache: func() *modcache.Cache { return r.cache },
-		HostPath:    func(p string) string { return filepath.Join(r.srcdir, filepath.FromSlash(p)) },
+		HostPath:    func(path string) string { return filepath.Join(r.srcdir, filepath.FromSlash(path)) },
 	}
 	// Each step keeps its number in the whole plan.
 	for i, s := range steps {
@@ -175,10 +174,8 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "sh", "-c", downloadScript(a.Closure))
-	cmd.Env = append(withoutSecrets(os.Environ(), r.secrets), "repo="+repo, "pkgs= "+strings.Join(a.Packages, " "))
-	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
-	if err := cmd.Run(); err != nil {
+	t := chrootTarget{stdout: r.stdout, stderr: r.stderr, secrets: r.secrets}
+	if err := t.run(ctx, nil, nil, "sh", "-c", downloadScript(a.Closure), "podvm-download", repo, " "+strings.Join(a.Packages, " ")); err != nil {
 		return fmt.Errorf("downloading the repository's packages: %w", err)
 	}
 	idx, err := Bake{Root: r.root, Spec: r.spec, SrcDir: r.srcdir, Kernels: r.kernels, ArtifactsDir: r.artifacts}.Run(ctx)
@@ -189,14 +186,15 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 	return nil
 }
 
-// downloadScript fetches $pkgs into $repo, which run-steps sets, with the
-// sandbox's apt; closure: with their dependency closure.
+// downloadScript fetches the packages (its second argument, a word list
+// after a blank) into the directory (its first) with the sandbox's apt;
+// closure: with their dependency closure.
 func downloadScript(closure bool) string {
 	script := downloadOnly
 	if closure {
 		script = downloadClosure
 	}
-	return "set -eu\n: \"${repo:?}\" \"${pkgs:?}\"\n" + script
+	return "set -eu\nrepo=$1 pkgs=$2\n" + script
 }
 
 // withoutSecrets is env without the named variables.

@@ -3,15 +3,24 @@ package mkosi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
+	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
-// chrootTarget is the image under mkosi, reached with mkosi-chroot.
+// chrootTarget is the image under mkosi, reached with mkosi-chroot: every
+// command and every file goes through it, never a host path below the
+// root, so a link the image holds is resolved inside the image, where it
+// cannot reach the build host's files. Packages go through the sandbox's
+// apt, mkosi's, which acts on the image with the build's sources.
 type chrootTarget struct {
 	stdout, stderr io.Writer
 	// secrets are environment variables no command may see: mkosi-chroot
@@ -19,24 +28,40 @@ type chrootTarget struct {
 	secrets []string
 }
 
-func (t chrootTarget) command(ctx context.Context, command string) *exec.Cmd {
-	return t.cmd(ctx, "mkosi-chroot", "sh", "-c", command)
-}
-
-func (t chrootTarget) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+// run runs name with args, its output shown (stdout nil) or kept in out;
+// a command that fails is an imagestep.CommandError with the end of its
+// output.
+func (t chrootTarget) run(ctx context.Context, stdin io.Reader, out io.Writer, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = withoutSecrets(os.Environ(), t.secrets)
-	return cmd
+	var last tail
+	if out == nil {
+		out = io.MultiWriter(t.stdout, &last)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, io.MultiWriter(t.stderr, &last)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		return &imagestep.CommandError{Command: shellquote.JoinWords(append([]string{name}, args...)...), ExitStatus: ee.ExitCode(), Output: last.lines()}
+	}
+	return err
+}
+
+func (t chrootTarget) Run(ctx context.Context, command string) error {
+	return t.run(ctx, nil, nil, "mkosi-chroot", "sh", "-c", command)
+}
+
+func (t chrootTarget) Output(ctx context.Context, command string) (string, error) {
+	var out bytes.Buffer
+	err := t.run(ctx, nil, &out, "mkosi-chroot", "sh", "-c", command)
+	return out.String(), err
 }
 
 func (t chrootTarget) RunInput(ctx context.Context, command string, stdin io.Reader) error {
-	cmd := t.command(ctx, command)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, t.stdout, t.stderr
-	return cmd.Run()
+	return t.run(ctx, stdin, nil, "mkosi-chroot", "sh", "-c", command)
 }
 
-// Put writes the file inside the image, so a link there is resolved in
-// the image and never reaches the build host's files.
+// Put writes the file inside the image.
 func (t chrootTarget) Put(ctx context.Context, p string, content []byte, mode fs.FileMode, owner string) error {
 	user, group, ok := strings.Cut(owner, ":")
 	if !ok {
@@ -45,60 +70,32 @@ func (t chrootTarget) Put(ctx context.Context, p string, content []byte, mode fs
 	if user == "" {
 		user, group = "root", "root"
 	}
-	cmd := t.cmd(ctx, "mkosi-chroot", "sh", "-c", `set -e; f=$(mktemp); cat >"$f"; install -D -m "$2" -o "$3" -g "$4" "$f" "$1"; rm -f "$f"`,
+	return t.run(ctx, bytes.NewReader(content), nil, "mkosi-chroot", "sh", "-c",
+		`set -e; f=$(mktemp); cat >"$f"; install -D -m "$2" -o "$3" -g "$4" "$f" "$1"; rm -f "$f"`,
 		"podvm-put", p, fmt.Sprintf("0%o", mode.Perm()), user, group)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(content), t.stdout, t.stderr
-	return cmd.Run()
 }
 
-// Install runs the sandbox's apt-get, mkosi's, which acts on the image
-// with the build's sources.
 func (t chrootTarget) Install(ctx context.Context, pkgs []string, noRecommends bool) error {
 	args := []string{"-q", "install"}
 	if noRecommends {
 		args = append(args, "--no-install-recommends")
 	}
-	cmd := t.cmd(ctx, "apt-get", append(args, pkgs...)...)
-	cmd.Stdout, cmd.Stderr = t.stdout, t.stderr
-	return cmd.Run()
+	return t.run(ctx, nil, nil, "apt-get", append(args, pkgs...)...)
 }
 
 func (t chrootTarget) Update(ctx context.Context) error {
-	cmd := t.cmd(ctx, "apt-get", "-q", "update")
-	cmd.Stdout, cmd.Stderr = t.stdout, t.stderr
-	return cmd.Run()
+	return t.run(ctx, nil, nil, "apt-get", "-q", "update")
 }
 
-// AptOutput runs the command in the sandbox, where apt acts on the image.
+// AptOutput runs the command in the sandbox, beside mkosi's apt.
 func (t chrootTarget) AptOutput(ctx context.Context, command string) (string, error) {
 	var out bytes.Buffer
-	cmd := t.cmd(ctx, "sh", "-c", command)
-	cmd.Stdout, cmd.Stderr = &out, t.stderr
-	err := cmd.Run()
+	err := t.run(ctx, nil, &out, "sh", "-c", command)
 	return out.String(), err
 }
 
-func (t chrootTarget) Run(ctx context.Context, command string) error {
-	cmd := t.command(ctx, command)
-	cmd.Stdout, cmd.Stderr = t.stdout, t.stderr
-	return cmd.Run()
-}
-
-func (t chrootTarget) Output(ctx context.Context, command string) (string, error) {
-	var out bytes.Buffer
-	cmd := t.command(ctx, command)
-	cmd.Stdout, cmd.Stderr = &out, t.stderr
-	err := cmd.Run()
-	return out.String(), err
-}
-
-// Upload and Download go through mkosi-chroot too, never a host path
-// below the root: a link the image holds is resolved inside the image,
-// where it cannot reach the build host's files.
 func (t chrootTarget) Upload(ctx context.Context, p string, f *os.File) error {
-	cmd := t.cmd(ctx, "mkosi-chroot", "sh", "-c", `umask 077 && cat >"$1"`, "podvm-upload", p)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = f, t.stdout, t.stderr
-	return cmd.Run()
+	return t.run(ctx, f, nil, "mkosi-chroot", "sh", "-c", `umask 077 && cat >"$1"`, "podvm-upload", p)
 }
 
 func (t chrootTarget) Download(ctx context.Context, p string, open func() (io.WriteCloser, error)) error {
@@ -106,11 +103,49 @@ func (t chrootTarget) Download(ctx context.Context, p string, open func() (io.Wr
 	if err != nil {
 		return err
 	}
-	cmd := t.cmd(ctx, "mkosi-chroot", "cat", "--", p)
-	cmd.Stdout, cmd.Stderr = w, t.stderr
-	err = cmd.Run()
+	err = t.run(ctx, nil, w, "mkosi-chroot", "cat", "--", p)
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// tail keeps the last lines written to it.
+type tail struct {
+	mu   sync.Mutex
+	buf  []string
+	part []byte
+}
+
+const tailLines = 20
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.part = append(t.part, p...)
+	for {
+		i := bytes.IndexByte(t.part, '\n')
+		if i < 0 {
+			break
+		}
+		t.buf = append(t.buf, string(t.part[:i]))
+		t.part = t.part[i+1:]
+		if len(t.buf) > tailLines {
+			t.buf = t.buf[len(t.buf)-tailLines:]
+		}
+	}
+	return len(p), nil
+}
+
+func (t *tail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := append([]string(nil), t.buf...)
+	if len(t.part) > 0 {
+		out = append(out, string(t.part))
+	}
+	if len(out) > tailLines {
+		out = out[len(out)-tailLines:]
+	}
+	return out
 }

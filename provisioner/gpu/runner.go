@@ -17,6 +17,7 @@ import (
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -31,28 +32,9 @@ type ExecuteCommandTemplate struct {
 	Vars string
 }
 
-// CommandError is a remote command that ran and exited non-zero.
-type CommandError struct {
-	Command    string   // the command as the provisioner wrote it (before execute_command)
-	ExitStatus int      // the remote exit status
-	Output     []string // the last lines of its combined output
-}
-
-// ExitCode is the remote exit status.
-func (e *CommandError) ExitCode() int { return e.ExitStatus }
-
-func (e *CommandError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "command exited with status %d: %s", e.ExitStatus, e.Command)
-	if len(e.Output) > 0 {
-		fmt.Fprintf(&b, "\nlast %d lines of output:", len(e.Output))
-		for _, l := range e.Output {
-			b.WriteString("\n    ")
-			b.WriteString(l)
-		}
-	}
-	return b.String()
-}
+// CommandError is a remote command that failed (imagestep's: the executor
+// and this runner report commands alike).
+type CommandError = imagestep.CommandError
 
 // runner runs commands and moves files through the communicator.
 type runner struct {
