@@ -17,6 +17,12 @@ const (
 	// DefaultMaxSize is build_cache_max_size's default.
 	DefaultMaxSize = "4GiB"
 
+	// The settings' environment variables, which the settings table and
+	// the podvm-rootfs builder read.
+	EnvMode    = "PODVM_BUILD_CACHE"
+	EnvDir     = "PODVM_BUILD_CACHE_DIR"
+	EnvMaxSize = "PODVM_BUILD_CACHE_MAX_SIZE"
+
 	// SizeHelp says what build_cache_max_size allows.
 	SizeHelp = "a size such as 4GiB, 500MiB or 0 for no bound (units B, KiB, MiB, GiB, TiB; K, M, G, T are the same)"
 )

@@ -605,9 +605,9 @@ func (c *Config) prepareBuildCache(h host, add func(string, ...any)) {
 		v   *string
 		env string
 	}{
-		{&c.BuildCache, "PODVM_BUILD_CACHE"},
-		{&c.BuildCacheDir, "PODVM_BUILD_CACHE_DIR"},
-		{&c.BuildCacheMaxSize, "PODVM_BUILD_CACHE_MAX_SIZE"},
+		{&c.BuildCache, cachedir.EnvMode},
+		{&c.BuildCacheDir, cachedir.EnvDir},
+		{&c.BuildCacheMaxSize, cachedir.EnvMaxSize},
 	} {
 		if *s.v == "" {
 			*s.v = h.getenv(s.env)
