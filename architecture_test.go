@@ -39,6 +39,7 @@ func TestArchitecture(t *testing.T) {
 		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
 		{"distro", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
 		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
+		{"linetail", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
 		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		// The image's record: dpkg's database and the SBOM made from it
 		// know nothing of options, back ends or the repository.

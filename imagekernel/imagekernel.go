@@ -78,6 +78,16 @@ const ListCommand = `for d in ` + ModulesDir + `/*/; do [ -d "$d" ] || continue;
 	`printf 'modules %s\0' "$v"; if [ -e "$d/vmlinuz" ]; then printf 'image %s\0' "$v"; fi; done; ` +
 	`for f in ` + BootDir + `/vmlinuz-*; do if [ -e "$f" ]; then printf 'boot %s\0' "${f##*/}"; fi; done; true`
 
+// FromListing applies the rule to ListCommand's output: the image's
+// kernels, oldest first.
+func FromListing(out string) ([]string, error) {
+	t, err := ParseListing(out)
+	if err != nil {
+		return nil, err
+	}
+	return Select(t)
+}
+
 // ParseListing reads ListCommand's output.
 func ParseListing(out string) (Tree, error) {
 	var t Tree

@@ -144,11 +144,7 @@ func imageKernels(ctx context.Context, t chrootTarget, setting string) ([]string
 	if err != nil {
 		return nil, fmt.Errorf("listing the image's kernels: %w", err)
 	}
-	tree, err := imagekernel.ParseListing(out)
-	if err != nil {
-		return nil, err
-	}
-	all, err := imagekernel.Select(tree)
+	all, err := imagekernel.FromListing(out)
 	if err != nil {
 		return nil, err
 	}

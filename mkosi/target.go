@@ -10,9 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
+	"github.com/podvm-gpu/packer-plugin-podvm/linetail"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -34,15 +34,15 @@ type chrootTarget struct {
 func (t chrootTarget) run(ctx context.Context, stdin io.Reader, out io.Writer, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = withoutSecrets(os.Environ(), t.secrets)
-	var last tail
+	last := &linetail.Writer{Keep: 20}
 	if out == nil {
-		out = io.MultiWriter(t.stdout, &last)
+		out = io.MultiWriter(t.stdout, last)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, io.MultiWriter(t.stderr, &last)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, io.MultiWriter(t.stderr, last)
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() > 0 {
-		return &imagestep.CommandError{Command: shellquote.JoinWords(append([]string{name}, args...)...), ExitStatus: ee.ExitCode(), Output: last.lines()}
+		return &imagestep.CommandError{Command: shellquote.JoinWords(append([]string{name}, args...)...), ExitStatus: ee.ExitCode(), Output: last.Lines()}
 	}
 	return err
 }
@@ -108,44 +108,4 @@ func (t chrootTarget) Download(ctx context.Context, p string, open func() (io.Wr
 		err = cerr
 	}
 	return err
-}
-
-// tail keeps the last lines written to it.
-type tail struct {
-	mu   sync.Mutex
-	buf  []string
-	part []byte
-}
-
-const tailLines = 20
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.part = append(t.part, p...)
-	for {
-		i := bytes.IndexByte(t.part, '\n')
-		if i < 0 {
-			break
-		}
-		t.buf = append(t.buf, string(t.part[:i]))
-		t.part = t.part[i+1:]
-		if len(t.buf) > tailLines {
-			t.buf = t.buf[len(t.buf)-tailLines:]
-		}
-	}
-	return len(p), nil
-}
-
-func (t *tail) lines() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := append([]string(nil), t.buf...)
-	if len(t.part) > 0 {
-		out = append(out, string(t.part))
-	}
-	if len(out) > tailLines {
-		out = out[len(out)-tailLines:]
-	}
-	return out
 }

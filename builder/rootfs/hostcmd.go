@@ -1,17 +1,17 @@
 package rootfs
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/linetail"
 )
 
 // termGrace is how long a cancelled host command gets after SIGTERM before
@@ -25,7 +25,7 @@ var termGrace = 5 * time.Second
 // Stdout is left alone if the caller set it (a pipe into a compressor).
 func runHost(ctx context.Context, cmd *exec.Cmd) error {
 	name := cmd.Args[0]
-	out := &lineLog{prefix: name}
+	out := lineLog(name, nil)
 	if cmd.Stdout == nil {
 		cmd.Stdout = out
 	}
@@ -43,7 +43,7 @@ func runHost(ctx context.Context, cmd *exec.Cmd) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("%s: %w%s", name, err, out.tail())
+			return fmt.Errorf("%s: %w%s", name, err, tail(out))
 		}
 		return nil
 	case <-ctx.Done():
@@ -59,55 +59,19 @@ func runHost(ctx context.Context, cmd *exec.Cmd) error {
 	return fmt.Errorf("%s: %w", name, ctx.Err())
 }
 
-// lineLog logs complete lines and keeps the last few for error messages.
-type lineLog struct {
-	prefix string
-	// echo, if set, gets each line instead of the log (ui.Say, which
-	// logs it too).
-	echo func(string)
-
-	mu      sync.Mutex
-	partial []byte
-	last    []string
+// lineLog logs a command's output line by line, PACKER_LOG shows it, or
+// gives each line to echo (ui.Say, which logs it too); it keeps the last
+// lines for the error message.
+func lineLog(prefix string, echo func(string)) *linetail.Writer {
+	if echo == nil {
+		echo = func(line string) { log.Printf("[%s] %s", prefix, line) }
+	}
+	return &linetail.Writer{Each: echo}
 }
 
-const keptLines = 15
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := strings.TrimRight(string(l.partial[:i]), "\r")
-		// A progress counter redraws its line after each \r; its last
-		// state is the line.
-		line = line[strings.LastIndexByte(line, '\r')+1:]
-		l.partial = l.partial[i+1:]
-		if l.echo != nil {
-			l.echo(line)
-		} else {
-			log.Printf("[%s] %s", l.prefix, line)
-		}
-		l.last = append(l.last, line)
-		if len(l.last) > keptLines {
-			l.last = l.last[1:]
-		}
-	}
-	return len(p), nil
-}
-
-// tail returns the last lines, formatted to follow an error message.
-func (l *lineLog) tail() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := l.last
-	if len(l.partial) > 0 {
-		lines = append(lines, string(l.partial))
-	}
+// tail formats the last lines to follow an error message.
+func tail(w *linetail.Writer) string {
+	lines := w.Lines()
 	if len(lines) == 0 {
 		return ""
 	}

@@ -46,13 +46,13 @@ func debStore(cfg *Config, ui packersdk.Ui) *debcache.Store {
 // output; a non-zero exit is an error with the end of its output.
 func outputInChroot(ctx context.Context, comm packersdk.Communicator, command string) (string, error) {
 	var stdout bytes.Buffer
-	out := &lineLog{prefix: "chroot"}
+	out := lineLog("chroot", nil)
 	rc := &packersdk.RemoteCmd{Command: command, Stdout: &stdout, Stderr: out}
 	if err := comm.Start(ctx, rc); err != nil {
 		return "", err
 	}
 	if status := rc.Wait(); status != 0 {
-		return "", fmt.Errorf("%q exited %d%s", command, status, out.tail())
+		return "", fmt.Errorf("%q exited %d%s", command, status, tail(out))
 	}
 	return stdout.String(), nil
 }
@@ -99,7 +99,7 @@ func (s *stepUpgrade) Cleanup(multistep.StateBag) {}
 // runInChroot runs command through comm, its output shown line by line,
 // and fails with the exit status and the last lines.
 func runInChroot(ctx context.Context, comm packersdk.Communicator, ui packersdk.Ui, command string) error {
-	out := &lineLog{prefix: "chroot", echo: ui.Say}
+	out := lineLog("chroot", ui.Say)
 	rc := &packersdk.RemoteCmd{Command: command, Stdout: out, Stderr: out}
 	if err := comm.Start(ctx, rc); err != nil {
 		return err
@@ -109,7 +109,7 @@ func runInChroot(ctx context.Context, comm packersdk.Communicator, ui packersdk.
 		return fmt.Errorf("%q: %w", command, err)
 	}
 	if status != 0 {
-		return fmt.Errorf("%q exited %d%s", command, status, out.tail())
+		return fmt.Errorf("%q exited %d%s", command, status, tail(out))
 	}
 	return nil
 }

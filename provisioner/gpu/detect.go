@@ -37,13 +37,9 @@ func detect(ctx context.Context, r *runner) (gpustack.Target, error) {
 	if err != nil {
 		return t, fmt.Errorf("listing the image's kernels: %w", err)
 	}
-	tree, err := imagekernel.ParseListing(out)
-	if err != nil {
-		return t, err
-	}
-	// Kernel names reach shell commands and file names: Select refuses
+	// Kernel names reach shell commands and file names: the rule refuses
 	// anything but a kernel release, never quoted and hoped for.
-	if t.Kernels, err = imagekernel.Select(tree); err != nil {
+	if t.Kernels, err = imagekernel.FromListing(out); err != nil {
 		return t, err
 	}
 	if len(t.Kernels) == 0 {
