@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // dirLock is an exclusive flock(2) on a file beside the output directory.
@@ -29,6 +32,10 @@ func lockDir(dir string) (*dirLock, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
+	// A build killed with SIGKILL leaves its lock to a child it was
+	// starting, which holds it only until it execs: a lock whose owner is
+	// gone is waited for briefly.
+	orphanWait := time.Now().Add(orphanGrace)
 	for {
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
@@ -38,6 +45,10 @@ func lockDir(dir string) (*dirLock, error) {
 			f.Close()
 			if errors.Is(err, syscall.EWOULDBLOCK) {
 				owner, _ := os.ReadFile(p)
+				if !alive(string(owner)) && time.Now().Before(orphanWait) {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
 				return nil, fmt.Errorf("output_directory %s is in use by another build (lock %s held by pid %s); wait for it to finish or choose another output_directory",
 					dir, p, string(owner))
 			}
@@ -57,6 +68,18 @@ func lockDir(dir string) (*dirLock, error) {
 		}
 		return &dirLock{path: p, f: f}, nil
 	}
+}
+
+// orphanGrace is how long a lock whose owner is gone is waited for.
+const orphanGrace = 2 * time.Second
+
+// alive reports whether the process with the pid in owner runs.
+func alive(owner string) bool {
+	pid, err := strconv.Atoi(strings.TrimSpace(owner))
+	if err != nil || pid <= 0 {
+		return true // unknown: treat as a live build
+	}
+	return syscall.Kill(pid, 0) != syscall.ESRCH
 }
 
 func sameFile(f *os.File, p string) (bool, error) {
