@@ -63,9 +63,9 @@ type Manifest struct {
 // ModuleSigning records the signer every NVIDIA module carries and the
 // certificate to enroll; never a private key, which no build keeps.
 type ModuleSigning struct {
-	Mode       string `json:"mode"`                  // ephemeral, key, none or distribution
-	Signer     string `json:"signer,omitempty"`      // modinfo's signer
-	CertSHA256 string `json:"cert_sha256,omitempty"` // of the DER certificate
+	Mode       gpustack.SigningMode `json:"mode"`                  // ephemeral, key, none or distribution
+	Signer     string               `json:"signer,omitempty"`      // modinfo's signer
+	CertSHA256 string               `json:"cert_sha256,omitempty"` // of the DER certificate
 	// Modules are the signed modules, each as modinfo read it after
 	// signing.
 	Modules []ModuleSignature `json:"modules,omitempty"`

@@ -27,7 +27,7 @@ func CheckInputs(o gpustack.Options, now time.Time) []error {
 			}
 		}
 	}
-	if o.EnableGPU && o.ModuleSigning == "key" {
+	if o.EnableGPU && o.ModuleSigning == gpustack.SigningKey {
 		if err := checkModuleKey(gpustack.ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}); err != nil {
 			errs = append(errs, err)
 		}

@@ -85,7 +85,7 @@ func (g *gpuPlan) packages() error {
 			return err
 		}
 	}
-	g.signing = g.dkms && o.ModuleSigning != "none"
+	g.signing = g.dkms && o.ModuleSigning != SigningNone
 	return nil
 }
 
@@ -198,12 +198,12 @@ func (g *gpuPlan) modules() {
 			build, CheckModules{Kernels: ks, Modules: d.Modules})
 	}
 	if !g.signing {
-		p.ModuleSigning = ModuleSigning{Mode: "none"}
+		p.ModuleSigning = ModuleSigning{Mode: SigningNone}
 		return
 	}
 	sm := SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM}
 	title := "Signing the NVIDIA modules for " + kernelRange(ks) + " with a key that lives only in memory"
-	if o.ModuleSigning == "key" {
+	if o.ModuleSigning == SigningKey {
 		// The signer is the certificate's issuer, read from it.
 		sm.Subject = ""
 		sm.Key = &ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}

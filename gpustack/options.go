@@ -65,9 +65,9 @@ type Options struct {
 	FabricManager       bool
 	ConfidentialCompute bool
 	GateOnPCI           bool
-	ModuleSigning       string // ephemeral, key or none
-	ModuleKey           string // key file on the build host (key mode)
-	ModuleCert          string // its certificate
+	ModuleSigning       SigningMode // ephemeral, key or none
+	ModuleKey           string      // key file on the build host (key mode)
+	ModuleCert          string      // its certificate
 	ModulePassphraseEnv string
 	Kernels             string // newest, all, or a comma separated list
 	BuildCache          string // auto, yes or no
@@ -316,7 +316,7 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 		return true
 	}
 	// Without the GPU stack nothing is signed, so the key is not needed.
-	if o.EnableGPU && o.ModuleSigning == "key" && (o.ModuleKey == "" || o.ModuleCert == "") {
+	if o.EnableGPU && o.ModuleSigning == SigningKey && (o.ModuleKey == "" || o.ModuleCert == "") {
 		errs = append(errs, fmt.Errorf("%s=key: needs nvidia_module_signing_key and nvidia_module_signing_cert, the key and certificate files on the build host", name("nvidia_module_signing")))
 	}
 	for _, k := range []struct{ key, v string }{
@@ -324,7 +324,7 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 		{"nvidia_module_signing_cert", o.ModuleCert},
 		{"nvidia_module_signing_passphrase_env", o.ModulePassphraseEnv},
 	} {
-		if k.v != "" && o.ModuleSigning != "key" {
+		if k.v != "" && o.ModuleSigning != SigningKey {
 			errs = append(errs, fmt.Errorf("%s=%s: only used with nvidia_module_signing=key, not %s", name(k.key), k.v, o.ModuleSigning))
 		}
 	}
@@ -358,7 +358,7 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 	}
 	// Precompiled modules carry the distribution's signature: a module
 	// signing key of the user's would sign nothing.
-	if o.EnableGPU && o.DriverSource == SourcePrecompiled && o.ModuleSigning == "key" {
+	if o.EnableGPU && o.DriverSource == SourcePrecompiled && o.ModuleSigning == SigningKey {
 		errs = append(errs, fmt.Errorf("%s=key with %s=precompiled: precompiled modules keep the distribution's signature and the key would sign nothing; allowed: nvidia_driver_source=auto|distro|cuda-repo (DKMS-built modules), or nvidia_module_signing=ephemeral|none",
 			name("nvidia_module_signing"), name("nvidia_driver_source")))
 	}

@@ -80,19 +80,32 @@ type Toolkit struct {
 // ModuleSigning is the plan's module signing policy, for the manifest and
 // the comparison of images.
 type ModuleSigning struct {
-	// Mode is "ephemeral", "key" or "none" for modules DKMS builds (with
-	// nvidia_driver_source=auto: if the build takes DKMS), or
+	// Mode is the nvidia_module_signing setting for modules DKMS builds
+	// (with nvidia_driver_source=auto: if the build takes DKMS), or
 	// SigningDistribution for precompiled ones.
-	Mode string
+	Mode SigningMode
 	// Signer is modinfo's signer: the ephemeral certificate's subject; ""
 	// with a user's key, whose certificate names it.
 	Signer  string
 	CertDER string // the certificate in the image
 }
 
-// SigningDistribution is the signing mode of precompiled modules: the
-// distribution signed them with their kernel's module signing key.
-const SigningDistribution = "distribution"
+// SigningMode is how the NVIDIA modules are signed.
+type SigningMode string
+
+// The signing modes: nvidia_module_signing's values, and the one of
+// precompiled modules.
+const (
+	// SigningEphemeral signs with a key made for the build and thrown away.
+	SigningEphemeral SigningMode = "ephemeral"
+	// SigningKey signs with the user's key (nvidia_module_signing_key).
+	SigningKey SigningMode = "key"
+	// SigningNone leaves the modules unsigned.
+	SigningNone SigningMode = "none"
+	// SigningDistribution: the distribution signed precompiled modules with
+	// their kernel's module signing key.
+	SigningDistribution SigningMode = "distribution"
+)
 
 // Driver is the resolved driver choice.
 type Driver struct {

@@ -253,7 +253,7 @@ func checkHostPaths(o gpustack.Options) []error {
 	if o.BuildCache != cachedir.ModeNo {
 		check("build_cache_dir", o.CacheDir)
 	}
-	if o.ModuleSigning == "key" {
+	if o.ModuleSigning == gpustack.SigningKey {
 		check("nvidia_module_signing_key", o.ModuleKey)
 		check("nvidia_module_signing_cert", o.ModuleCert)
 	}

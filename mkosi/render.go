@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
@@ -431,7 +432,7 @@ const moduleCacheSource = "podvm-module-cache"
 // moduleCache mounts the build host's module cache for run-steps, unless
 // build_cache=no: mkosi always builds on the host that holds the image.
 func (r *renderer) moduleCache() error {
-	if r.p.Cache.Mode == "no" {
+	if r.p.Cache.Mode == cachedir.ModeNo {
 		return nil
 	}
 	if !filepath.IsAbs(r.p.Cache.Dir) {

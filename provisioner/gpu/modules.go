@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
@@ -19,7 +20,7 @@ import (
 // moduleCache is the build host's module cache where build_cache allows
 // it for this target; nil for none.
 func (e *executor) moduleCache() *modcache.Cache {
-	if e.cacheRoot != "" && (e.plan.Cache.Mode == "yes" || e.chrootRoot != "") {
+	if e.cacheRoot != "" && (e.plan.Cache.Mode == cachedir.ModeYes || e.chrootRoot != "") {
 		return modcache.New(modcache.Dir(e.cacheRoot), e.plan.Cache.MaxSize)
 	}
 	if e.cacheRoot != "" {
@@ -120,7 +121,7 @@ func (t commTarget) Download(ctx context.Context, path string, open func() (io.W
 // one byte of the key arrived. The signing script checks the length of
 // what it gets too, which catches the forms this cannot see.
 func checkKeyModeExecuteCommand(tmpl string, o gpustack.Options) error {
-	if !o.EnableGPU || o.ModuleSigning != "key" {
+	if !o.EnableGPU || o.ModuleSigning != gpustack.SigningKey {
 		return nil
 	}
 	reason := stdinTaker(tmpl)
