@@ -261,18 +261,20 @@ func (r *renderer) mountPoint(target string) string {
 	return r.universal + "mnt/" + target
 }
 
-// secret registers the passphrase variable name for mkosi's Environment=
-// and returns the assignment that gives it back to one command, from the
-// unexported shell variable each script keeps it in.
-func (r *renderer) secret(name string) (string, error) {
+// secret registers the passphrase variable name for mkosi's Environment=.
+func (r *renderer) secret(name string) error {
 	if !shellName.MatchString(name) {
-		return "", fmt.Errorf("%q is not an environment variable name", name)
+		return fmt.Errorf("%q is not an environment variable name", name)
 	}
 	if !slices.Contains(r.environment, name) {
 		r.environment = append(r.environment, name)
 	}
-	return name + "=\"$" + secretVar(name) + "\" ", nil
+	return nil
 }
+
+// giveBack is the assignment that gives a registered passphrase back to
+// one command, from the unexported shell variable each script keeps it in.
+func giveBack(name string) string { return name + "=\"$" + secretVar(name) + "\" " }
 
 var shellName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -395,7 +397,7 @@ func (r *renderer) action(ctx context.Context, a gpustack.Action, archive []gpus
 		k.File = r.mount(a.Key.File, moduleKeySource)
 		k.Cert = r.mount(a.Key.Cert, moduleCertSource)
 		if e := a.Key.PassphraseEnv; e != "" {
-			if _, err := r.secret(e); err != nil {
+			if err := r.secret(e); err != nil {
 				return nil, fmt.Errorf("nvidia_module_signing_passphrase_env: %w", err)
 			}
 		}
@@ -481,9 +483,10 @@ func (r *renderer) bakeRepo(a gpustack.BakeRepo) (gpustack.Action, error) {
 	r.files.add(r.specPath, 0o644, append(data, '\n'))
 	pass := ""
 	if a.Passphrase != "" {
-		if pass, err = r.secret(a.Passphrase); err != nil {
+		if err := r.secret(a.Passphrase); err != nil {
 			return nil, fmt.Errorf("local_repo_passphrase_env: %w", err)
 		}
+		pass = giveBack(a.Passphrase)
 	}
 	artifacts := shellquote.Quote(spec.Repo.OutputDir)
 	r.runArgs = append(r.runArgs, "--spec", `"$SRCDIR"/`+shellquote.Quote(r.specPath), "--artifacts", `"$OUTPUTDIR"/`+artifacts)
@@ -507,7 +510,7 @@ func (r *renderer) runSteps(phase string) string {
 		args = append(args, r.runArgs...)
 		for _, e := range r.environment {
 			// secret registered e, a valid name, when the plan named it.
-			b.WriteString(e + "=\"$" + secretVar(e) + "\" ")
+			b.WriteString(giveBack(e))
 			args = append(args, "--secret-env", e)
 		}
 	}
