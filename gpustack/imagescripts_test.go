@@ -19,12 +19,7 @@ func inImage(t *testing.T, bin, setup, command string) (string, error) {
 	chroottest.RequireRoot(t)
 	chroottest.RequireTools(t, "unshare")
 	scratch := t.TempDir()
-	wrapper := `set -e
-mount -t tmpfs podvm-test "$PODVM_TEST_SCRATCH"
-mkdir "$PODVM_TEST_SCRATCH/u" "$PODVM_TEST_SCRATCH/w" "$PODVM_TEST_SCRATCH/boot"
-mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$PODVM_TEST_SCRATCH/u,workdir=$PODVM_TEST_SCRATCH/w" /usr/lib
-mount --bind "$PODVM_TEST_SCRATCH/boot" /boot
-` + setup + `
+	wrapper := "set -e\n" + chroottest.KernelTreeMounts + setup + `
 exec sh -c "$1"`
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", wrapper, "podvm-test", command)
 	cmd.Env = append(os.Environ(), "PODVM_TEST_SCRATCH="+scratch, "PATH="+bin+":"+os.Getenv("PATH"))

@@ -24,12 +24,8 @@ import (
 const fakeChroot = `#!/bin/sh
 exec unshare -m --propagation private sh -c '
 set -e
-mount -t tmpfs podvm-test "$PODVM_TEST_SCRATCH"
-mkdir "$PODVM_TEST_SCRATCH/u" "$PODVM_TEST_SCRATCH/w" "$PODVM_TEST_SCRATCH/boot"
-mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$PODVM_TEST_SCRATCH/u,workdir=$PODVM_TEST_SCRATCH/w" /usr/lib
-mkdir -p "/usr/lib/modules/$PODVM_TEST_KERNEL"
-: >"$PODVM_TEST_SCRATCH/boot/vmlinuz-$PODVM_TEST_KERNEL"
-mount --bind "$PODVM_TEST_SCRATCH/boot" /boot
+` + chroottest.KernelTreeMounts + `mkdir -p "/usr/lib/modules/$PODVM_TEST_KERNEL"
+: >"/boot/vmlinuz-$PODVM_TEST_KERNEL"
 mount --bind "$PODVM_TEST_STATUS" /var/lib/dpkg/status
 exec "$@"' podvm-test-chroot "$@"
 `

@@ -109,3 +109,14 @@ func RequireTools(t testing.TB, tools ...string) {
 		}
 	}
 }
+
+// KernelTreeMounts is shell that, run as root in a private mount
+// namespace (unshare -m --propagation private), gives it a writable
+// /usr/lib (an overlay, so /usr/lib/modules can be made) and an empty
+// /boot, both in a tmpfs at $PODVM_TEST_SCRATCH: an image's kernel files
+// on this host, which is left as it was.
+const KernelTreeMounts = `mount -t tmpfs podvm-test "$PODVM_TEST_SCRATCH"
+mkdir "$PODVM_TEST_SCRATCH/u" "$PODVM_TEST_SCRATCH/w" "$PODVM_TEST_SCRATCH/boot"
+mount -t overlay overlay -o "lowerdir=/usr/lib,upperdir=$PODVM_TEST_SCRATCH/u,workdir=$PODVM_TEST_SCRATCH/w" /usr/lib
+mount --bind "$PODVM_TEST_SCRATCH/boot" /boot
+`
