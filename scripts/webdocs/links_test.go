@@ -30,8 +30,11 @@ func userDocs(t *testing.T, root string) []string {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() && strings.HasPrefix(d.Name(), "_") {
-				return filepath.SkipDir // build outputs, such as example/mkosi/_output
+			// Build outputs, as .gitignore names them: example/mkosi/_output,
+			// and a make image's example/local/output-podvm (an image tree,
+			// with its packages' own docs).
+			if d.IsDir() && (strings.HasPrefix(d.Name(), "_") || strings.HasPrefix(d.Name(), "output-")) {
+				return filepath.SkipDir
 			}
 			if !d.IsDir() && (strings.HasSuffix(p, ".md") || (dir == "docs" && strings.HasSuffix(p, ".mdx"))) {
 				rel, err := filepath.Rel(root, p)
