@@ -13,8 +13,8 @@ import (
 
 const module = "github.com/podvm-gpu/packer-plugin-podvm/"
 
-// TestArchitecture keeps the layout's rules (docs/README.md): the option
-// model imports no back end; the repository tooling, the apt sources and
+// TestArchitecture keeps the layout's rules (docs/README.md): the settings
+// import no plan, and the option model no back end; the repository tooling, the apt sources and
 // the rootfs builder know nothing of GPU options; the two back ends never
 // import each other, and each reaches the host-side bake only through
 // package bake.
@@ -23,6 +23,9 @@ func TestArchitecture(t *testing.T) {
 		pkg       string
 		forbidden []string
 	}{
+		// The settings are read before anything is planned: the table knows
+		// no plan, no executor and no back end.
+		{"settings", []string{"gpustack", "imagestep", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		{"gpustack", []string{"provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		{"aptsource", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
 		{"aptrepo", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // captureStderr runs fn with os.Stderr going to a file and returns what
@@ -141,7 +141,7 @@ func TestPlanChecksKernels(t *testing.T) {
 			}
 		})
 		if tc.want != "" && stdout != "" {
-			t.Errorf("--kernel %q: a refused plan printed %s", tc.kernel, gpustack.Clip(stdout))
+			t.Errorf("--kernel %q: a refused plan printed %s", tc.kernel, settings.Clip(stdout))
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 func init() {
@@ -24,7 +24,7 @@ func runOptions(args []string) int {
 	if code, ok := cmdflags.Parse(fs, args, false, os.Stderr); !ok {
 		return code
 	}
-	if err := gpustack.WriteTable(os.Stdout, *format); err != nil {
+	if err := settings.WriteTable(os.Stdout, *format); err != nil {
 		fmt.Fprintln(os.Stderr, "options:", err)
 		return 2
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 func init() {
@@ -22,7 +23,7 @@ func runPlan(args []string) int {
 	release := fs.String("release", "13", "target release by version or codename: 12, 13, 22.04, 24.04, 26.04, bookworm, trixie, jammy, noble, resolute")
 	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
 	kernels := fs.StringSlice("kernel", nil, "a kernel version installed in the image (repeat for several); none: resolved at build time")
-	collect := gpustack.BindFlags(fs)
+	collect := settings.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "Usage: packer-plugin-podvm plan [--distribution D --release R --kernel K ...] [setting flags]")
 		fs.PrintDefaults()
@@ -33,12 +34,12 @@ func runPlan(args []string) int {
 	// The plan prints the kernels in commands; check them as the image's
 	// own kernel names are checked before they reach a shell.
 	for _, k := range *kernels {
-		if !gpustack.ValidKernel(k) {
-			fmt.Fprintf(os.Stderr, "plan: --kernel: invalid value %s; allowed: a kernel release as the image's /usr/lib/modules names it, such as 6.12.57+deb13-amd64\n", gpustack.Clip(k))
+		if !settings.ValidKernel(k) {
+			fmt.Fprintf(os.Stderr, "plan: --kernel: invalid value %s; allowed: a kernel release as the image's /usr/lib/modules names it, such as 6.12.57+deb13-amd64\n", settings.Clip(k))
 			return 2
 		}
 	}
-	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
+	res, err := settings.Resolve(settings.Input{Explicit: collect(), ExplicitFrom: settings.FromFlag})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)
 		return 2
@@ -58,7 +59,7 @@ func runPlan(args []string) int {
 		return 2
 	}
 	t.Kernels, t.KernelsAtBuildTime = *kernels, len(*kernels) == 0
-	for _, w := range res.Options.TargetWarnings(t) {
+	for _, w := range gpustack.TargetWarnings(res.Options, t) {
 		fmt.Fprintln(os.Stderr, "plan: warning:", w)
 	}
 	p, err := gpustack.NewPlan(res.Options, t)

@@ -22,6 +22,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // File names in the output directory.
@@ -63,7 +64,7 @@ type Manifest struct {
 // ModuleSigning records the signer every NVIDIA module carries and the
 // certificate to enroll; never a private key, which no build keeps.
 type ModuleSigning struct {
-	Mode       gpustack.SigningMode `json:"mode"`                  // ephemeral, key, none or distribution
+	Mode       settings.SigningMode `json:"mode"`                  // ephemeral, key, none or distribution
 	Signer     string               `json:"signer,omitempty"`      // modinfo's signer
 	CertSHA256 string               `json:"cert_sha256,omitempty"` // of the DER certificate
 	// Modules are the signed modules, each as modinfo read it after
@@ -321,8 +322,8 @@ func Write(dir string, s Set) ([]string, error) {
 		v   *string
 		def string
 	}{
-		{&op.Namespace, gpustack.DefaultOperatorNamespace},
-		{&op.Image, gpustack.DefaultOperatorDriverImage},
+		{&op.Namespace, settings.DefaultOperatorNamespace},
+		{&op.Image, settings.DefaultOperatorDriverImage},
 	} {
 		if *d.v == "" {
 			*d.v = d.def

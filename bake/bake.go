@@ -23,6 +23,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/dpkgstatus"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // Repository identity in Release and in an ephemeral key's user ID.
@@ -180,7 +181,7 @@ type ImageState struct {
 // at build time, so that the image's gpustack.DriverSourceFile says which
 // one the build took.
 func (s Spec) ChoosesDriver() bool {
-	return s.Base.GPU != nil && s.Base.GPU.Source == string(gpustack.SourceAuto)
+	return s.Base.GPU != nil && s.Base.GPU.Source == string(settings.SourceAuto)
 }
 
 // ModuleFiles says what the manifest reads from the image about module
@@ -195,7 +196,7 @@ func (s Spec) ModuleFiles(taken string) (cert string, signatures bool) {
 		return s.Repo.ModuleCert, true
 	}
 	ms := s.Base.GPU
-	return "", ms != nil && ms.ModuleSigning != nil && ms.ModuleSigning.Mode == gpustack.SigningDistribution
+	return "", ms != nil && ms.ModuleSigning != nil && ms.ModuleSigning.Mode == settings.SigningDistribution
 }
 
 // Manifest is the manifest of the image as it is: the plan's part, then
@@ -237,7 +238,7 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 			case gpustack.TakenPrecompiled:
 				// The plan's signing policy was for DKMS, which the
 				// build did not take.
-				gpu.ModuleSigning = &ModuleSigning{Mode: gpustack.SigningDistribution}
+				gpu.ModuleSigning = &ModuleSigning{Mode: settings.SigningDistribution}
 			case gpustack.TakenDistro:
 			default:
 				return m, fmt.Errorf("%s: driver source %q; want %s or %s", gpustack.DriverSourceFile, st.DriverSource, gpustack.TakenPrecompiled, gpustack.TakenDistro)
@@ -256,7 +257,7 @@ func (s Spec) Manifest(repo *Repo, st ImageState, date time.Time) (Manifest, err
 			if sig.Modules, err = parseSignatures(st.ModuleSignatures); err != nil {
 				return m, err
 			}
-			if sig.Mode == gpustack.SigningDistribution && len(sig.Modules) > 0 {
+			if sig.Mode == settings.SigningDistribution && len(sig.Modules) > 0 {
 				// The check made every module carry its kernel's signer.
 				sig.Signer = sig.Modules[0].Signer
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // CheckInputs makes the checks that need the build host's files and clock,
@@ -15,7 +16,7 @@ import (
 // an unreadable keyring stop the build before it has spent its time on
 // packages and DKMS. The signing key is loaded and its private half
 // discarded at once; it is loaded again when the repository is signed.
-func CheckInputs(o gpustack.Options, now time.Time) []error {
+func CheckInputs(o settings.Options, now time.Time) []error {
 	var errs []error
 	if o.RepoEnabled() {
 		if err := aptrepo.CheckDate(o.Timestamp(), now); err != nil {
@@ -27,7 +28,7 @@ func CheckInputs(o gpustack.Options, now time.Time) []error {
 			}
 		}
 	}
-	if o.EnableGPU && o.ModuleSigning == gpustack.SigningKey {
+	if o.EnableGPU && o.ModuleSigning == settings.SigningKey {
 		if err := checkModuleKey(gpustack.ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}); err != nil {
 			errs = append(errs, err)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // TestCheckInputsKeyFiles: every key, certificate and keyring file that a
@@ -44,16 +44,16 @@ func TestCheckInputsKeyFiles(t *testing.T) {
 	for _, bad := range []struct{ name, path string }{{"FIFO", fifo}, {"device", "/dev/zero"}} {
 		for _, tc := range []struct {
 			setting string
-			set     func(o *gpustack.Options, p string)
+			set     func(o *settings.Options, p string)
 		}{
-			{"nvidia_module_signing_key", func(o *gpustack.Options, p string) { o.ModuleKey = p }},
-			{"nvidia_module_signing_cert", func(o *gpustack.Options, p string) { o.ModuleCert = p }},
-			{"local_repo_signing_key", func(o *gpustack.Options, p string) { o.SigningKey = p }},
-			{"nvidia_container_toolkit_repo_keyring", func(o *gpustack.Options, p string) { o.ToolkitRepoKeyring = p }},
-			{"nvidia_cuda_repo_keyring", func(o *gpustack.Options, p string) { o.CUDARepoKeyring = p }},
+			{"nvidia_module_signing_key", func(o *settings.Options, p string) { o.ModuleKey = p }},
+			{"nvidia_module_signing_cert", func(o *settings.Options, p string) { o.ModuleCert = p }},
+			{"local_repo_signing_key", func(o *settings.Options, p string) { o.SigningKey = p }},
+			{"nvidia_container_toolkit_repo_keyring", func(o *settings.Options, p string) { o.ToolkitRepoKeyring = p }},
+			{"nvidia_cuda_repo_keyring", func(o *settings.Options, p string) { o.CUDARepoKeyring = p }},
 		} {
 			t.Run(bad.name+"/"+tc.setting, func(t *testing.T) {
-				o := gpustack.Options{
+				o := settings.Options{
 					EnableGPU: true, LocalRepo: "yes", SourceDateEpoch: time.Now().Add(-time.Hour).Unix(),
 					ModuleSigning: "key", ModuleKey: key, ModuleCert: cert,
 				}

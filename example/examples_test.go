@@ -21,7 +21,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/aptrepo"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/example"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 const (
@@ -332,7 +332,7 @@ func TestArtifacts(t *testing.T) {
 	if cm["apiVersion"] != "v1" || cm["kind"] != "ConfigMap" {
 		t.Errorf("ConfigMap: apiVersion %v kind %v", cm["apiVersion"], cm["kind"])
 	}
-	if get(cm, "metadata", "name") != bake.DefaultConfigMap || get(cm, "metadata", "namespace") != gpustack.DefaultOperatorNamespace {
+	if get(cm, "metadata", "name") != bake.DefaultConfigMap || get(cm, "metadata", "namespace") != settings.DefaultOperatorNamespace {
 		t.Errorf("ConfigMap: name %v namespace %v", get(cm, "metadata", "name"), get(cm, "metadata", "namespace"))
 	}
 	data, _ := cm["data"].(map[string]any)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/distro"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,8 +87,8 @@ const (
 	toolkitKeyURL      = "https://nvidia.github.io/libnvidia-container/gpgkey"
 	toolkitFingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 	// The repository keyrings the plan installs in the image.
-	cudaKeyring    = "/usr/share/keyrings/podvm-nvidia-cuda.gpg"
-	toolkitKeyring = "/usr/share/keyrings/podvm-nvidia-container-toolkit.gpg"
+	cudaKeyring    = settings.CUDAKeyring
+	toolkitKeyring = settings.ToolkitKeyring
 
 	hookPath      = "/usr/share/oci/hooks/prestart/nvidia-container-toolkit.sh"
 	toolkitConfig = "/etc/nvidia-container-runtime/config.toml"
@@ -116,9 +117,6 @@ const (
 	// as each module's signer.
 	moduleSigner   = "podvm-gpu ephemeral module signing key"
 	toolkitPackage = "nvidia-container-toolkit"
-	// DefaultToolkitVersion is the container toolkit version the table
-	// defaults to: the one CI builds and checks images with.
-	DefaultToolkitVersion = "1.17.8-1"
 )
 
 // toolkitPackages are the container toolkit's packages, which the plan
@@ -131,7 +129,7 @@ const HookPath = hookPath
 // NewPlan turns validated options and the image's facts into a Plan. It does
 // no I/O. Combinations the target cannot satisfy are errors naming the
 // settings involved.
-func NewPlan(o Options, t Target) (*Plan, error) {
+func NewPlan(o settings.Options, t Target) (*Plan, error) {
 	p := &Plan{Target: t, GPU: o.EnableGPU, Timestamp: o.Timestamp(), SourceDateEpoch: o.SourceDateEpoch, KernelSelection: o.Kernels,
 		Cache: BuildCache{Mode: o.BuildCache, Dir: o.CacheDir, MaxSize: o.CacheMaxSize}}
 	if o.SourceDateEpoch < 0 {
@@ -174,7 +172,7 @@ func NewPlan(o Options, t Target) (*Plan, error) {
 			errs = append(errs, err)
 		} else {
 			p.Driver = d
-			if o.KernelModules == ModulesAuto && d.Source == SourceDistro && r.autoProprietary != "" {
+			if o.KernelModules == settings.ModulesAuto && d.Source == settings.SourceDistro && r.autoProprietary != "" {
 				p.Notes = append(p.Notes, "nvidia_kernel_modules=auto picks proprietary on "+r.name()+": "+r.autoProprietary)
 			}
 			if err := gpuSteps(p, o, r, f); err != nil {
@@ -224,7 +222,7 @@ func (p *Plan) bootFacts(f family) error {
 }
 
 // repoSteps bake the node-local repository and expose it at boot.
-func (p *Plan) repoSteps(o Options, f family) {
+func (p *Plan) repoSteps(o settings.Options, f family) {
 	kernels := p.Kernels
 	templates := o.RepoPackages
 	if templates == nil {
@@ -234,7 +232,7 @@ func (p *Plan) repoSteps(o Options, f family) {
 		Dir:         o.RepoPath,
 		Kernels:     kernels,
 		Packages:    expand(append(slices.Clone(templates), o.RepoExtraPackages...), kernels),
-		Closure:     o.RepoClosure == "full",
+		Closure:     o.RepoClosure == settings.ClosureFull,
 		Keyring:     o.RepoKeyring,
 		SourcesFile: o.RepoSourcesFile,
 		SigningKey:  o.SigningKey,
@@ -243,7 +241,7 @@ func (p *Plan) repoSteps(o Options, f family) {
 		OutputDir:   o.OutputDir,
 		ModuleCert:  p.ModuleSigning.CertDER,
 		ExposePath:  o.RepoExposePath,
-		Operator:    o.GPUOperator(),
+		Operator:    operatorOf(o),
 	}
 	if !o.EnableGPU {
 		p.add("apt-update", "Refreshing package lists", AptUpdate{})
@@ -259,7 +257,7 @@ func (p *Plan) repoSteps(o Options, f family) {
 
 // verifySteps check the finished image: the modules, the driver's
 // version, their signatures, the hook and the repository offline.
-func (p *Plan) verifySteps(o Options, f family) {
+func (p *Plan) verifySteps(o settings.Options, f family) {
 	kernels := p.Kernels
 	var checks []Action
 	if o.EnableGPU {
@@ -267,12 +265,12 @@ func (p *Plan) verifySteps(o Options, f family) {
 			CheckDriverVersion{Kernels: kernels, Module: p.Driver.Modules[0]})
 		if ms := p.ModuleSigning; ms.CertDER != "" {
 			var check Action = SignModules{Kernels: kernels, Subject: ms.Signer, CertDER: moduleCertDER, CertPEM: moduleCertPEM, Verify: true}
-			if p.Driver.Source == SourceAuto {
+			if p.Driver.Source == settings.SourceAuto {
 				check = IfDriverSource{Source: TakenDistro, Actions: []Action{check}}
 			}
 			checks = append(checks, check)
 		}
-		if o.Toolkit && o.HookMode != HookCDI {
+		if o.Toolkit && o.HookMode != settings.HookCDI {
 			checks = append(checks, VerifyExecutable{Paths: []string{hookPath}})
 		}
 	}
@@ -281,7 +279,7 @@ func (p *Plan) verifySteps(o Options, f family) {
 		for _, k := range kernels {
 			headers = append(headers, f.headers(k))
 		}
-		checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers, Closure: o.RepoClosure == "full"})
+		checks = append(checks, VerifyRepo{Dir: o.RepoPath, Keyring: o.RepoKeyring, Packages: headers, Closure: o.RepoClosure == settings.ClosureFull})
 	}
 	p.add("verify", "Verifying the image", checks...)
 }
@@ -305,7 +303,7 @@ func SelectKernels(spec string, have []string) ([]string, error) {
 		return ks, nil
 	}
 	var out []string
-	for _, k := range splitList(spec) {
+	for _, k := range settings.SplitList(spec) {
 		if !slices.Contains(ks, k) {
 			return nil, fmt.Errorf("kernels: %q is not installed in the image; installed: %s", k, strings.Join(ks, ", "))
 		}
@@ -317,11 +315,11 @@ func SelectKernels(spec string, have []string) ([]string, error) {
 	return out, nil
 }
 
-func resolveDriver(o Options, r release) (Driver, error) {
+func resolveDriver(o settings.Options, r release) (Driver, error) {
 	d := Driver{Source: o.DriverSource, Branch: r.defaultBranch}
-	if _, _, ok := r.family.precompiled(d); d.Source == SourceAuto && !ok {
+	if _, _, ok := r.family.precompiled(d); d.Source == settings.SourceAuto && !ok {
 		// Nothing to choose from: the distro's archive it is.
-		d.Source = SourceDistro
+		d.Source = settings.SourceDistro
 	}
 	if v := o.DriverVersion; v != "" {
 		branch, _, _ := strings.Cut(v, ".")
@@ -333,20 +331,20 @@ func resolveDriver(o Options, r release) (Driver, error) {
 	branchNum, _ := strconv.Atoi(d.Branch)
 	open := r.family.hasOpen(r, d.Branch)
 	switch o.KernelModules {
-	case ModulesOpen:
+	case settings.ModulesOpen:
 		if !open {
 			return d, fmt.Errorf("nvidia_kernel_modules=open: branch %s on %s has no open kernel modules (open modules start at 515); allowed: proprietary", d.Branch, r.name())
 		}
-		d.Flavour = ModulesOpen
-	case ModulesProprietary:
-		d.Flavour = ModulesProprietary
+		d.Flavour = settings.ModulesOpen
+	case settings.ModulesProprietary:
+		d.Flavour = settings.ModulesProprietary
 	default:
-		d.Flavour = ModulesProprietary
-		if open && (d.Source != SourceDistro || r.autoProprietary == "") {
-			d.Flavour = ModulesOpen
+		d.Flavour = settings.ModulesProprietary
+		if open && (d.Source != settings.SourceDistro || r.autoProprietary == "") {
+			d.Flavour = settings.ModulesOpen
 		}
 	}
-	if o.ConfidentialCompute && d.Flavour != ModulesOpen {
+	if o.ConfidentialCompute && d.Flavour != settings.ModulesOpen {
 		return d, fmt.Errorf("nvidia_confidential_compute=yes: needs open kernel modules, which branch %s on %s does not ship", d.Branch, r.name())
 	}
 	if branchNum < 450 {
@@ -359,7 +357,7 @@ func resolveDriver(o Options, r release) (Driver, error) {
 // holdPatterns are the packages a GPU plan holds: the targeted kernels
 // and the packages that follow the newest kernel, the driver's, and the
 // toolkit's.
-func holdPatterns(p *Plan, f family, o Options) []string {
+func holdPatterns(p *Plan, f family, o settings.Options) []string {
 	image, headers := f.kernelMeta(p.Target.Arch)
 	pats := append(slices.Clone(f.repoTemplates()), image, headers)
 	if o.EnableGPU {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -35,8 +36,8 @@ type ChooseDriver struct {
 
 // The sources a ChooseDriver can take.
 const (
-	TakenPrecompiled = string(SourcePrecompiled)
-	TakenDistro      = string(SourceDistro)
+	TakenPrecompiled = string(settings.SourcePrecompiled)
+	TakenDistro      = string(settings.SourceDistro)
 )
 
 // ProbeCommand is the shell command that decides, the same text for every

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -72,7 +73,7 @@ func TestAutoDriverSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Driver.Source != SourceAuto || p.Driver.Package != tt.precompiled[1] {
+			if p.Driver.Source != settings.SourceAuto || p.Driver.Package != tt.precompiled[1] {
 				t.Errorf("driver %+v; want source auto recorded from %s", p.Driver, tt.precompiled[1])
 			}
 			choices, _ := actionsOf[ChooseDriver](p)
@@ -170,7 +171,7 @@ func TestPrecompiledChecksKernelKey(t *testing.T) {
 	if len(checks) != 1 || branches[0] != "" || !slices.Equal(checks[0].Kernels, goldenTargets[2].Kernels) {
 		t.Errorf("kernel-key checks %+v on %q", checks, branches)
 	}
-	if p.ModuleSigning.Mode != SigningDistribution || p.ModuleSigning.CertDER != "" {
+	if p.ModuleSigning.Mode != settings.SigningDistribution || p.ModuleSigning.CertDER != "" {
 		t.Errorf("module signing %+v", p.ModuleSigning)
 	}
 	if _, signs := actionsOf[SignModules](p); len(signs) != 0 {

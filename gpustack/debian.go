@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/distro"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // Debian: the driver comes from non-free (DKMS; open modules from contrib)
@@ -41,10 +42,10 @@ func (debian) hasOpen(r release, branch string) bool { return branchAtLeast(bran
 
 func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, error) {
 	switch d.Source {
-	case SourcePrecompiled:
+	case settings.SourcePrecompiled:
 		return nil, false, errors.New("nvidia_driver_source=precompiled: Debian has no precompiled NVIDIA modules; allowed: distro|cuda-repo")
-	case SourceCUDARepo:
-		if d.Flavour == ModulesOpen {
+	case settings.SourceCUDARepo:
+		if d.Flavour == settings.ModulesOpen {
 			return []string{"nvidia-open"}, true, nil
 		}
 		return []string{"cuda-drivers"}, true, nil
@@ -55,7 +56,7 @@ func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, err
 	}
 	// Headless compute stack: no X driver, which nvidia-driver would pull.
 	dkms := "nvidia-kernel-dkms"
-	if d.Flavour == ModulesOpen {
+	if d.Flavour == settings.ModulesOpen {
 		dkms = "nvidia-open-kernel-dkms"
 	}
 	return []string{dkms, "nvidia-smi", "libcuda1", "libnvidia-ml1"}, true, nil
@@ -67,14 +68,14 @@ func (debian) precompiled(d Driver) (string, []string, bool) { return "", nil, f
 // Every flavour builds UVM and modeset beside the core module; the archive's
 // packaging renames all three.
 func (debian) modules(d Driver) []string {
-	if d.Source == SourceCUDARepo {
+	if d.Source == settings.SourceCUDARepo {
 		return []string{"nvidia", "nvidia-uvm", "nvidia-modeset"}
 	}
 	return []string{"nvidia-current", "nvidia-current-uvm", "nvidia-current-modeset"}
 }
 
 func (debian) pinPackages(d Driver) []string {
-	if d.Source == SourceCUDARepo {
+	if d.Source == settings.SourceCUDARepo {
 		return []string{"*nvidia*", "cuda-drivers*", "libcuda*", "libxnvctrl*"}
 	}
 	return []string{"*nvidia*", "libcuda*", "firmware-nvidia-gsp"}
@@ -86,7 +87,7 @@ func (debian) persistenced(d Driver) []string { return []string{"nvidia-persiste
 func (debian) persistencedUnit() string { return "" }
 
 func (debian) fabricManager(d Driver) ([]string, error) {
-	if d.Source != SourceCUDARepo {
+	if d.Source != settings.SourceCUDARepo {
 		return nil, errors.New("nvidia_fabric_manager=yes: Debian's archive has no fabric manager; set nvidia_driver_source=cuda-repo")
 	}
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil
@@ -96,7 +97,7 @@ func (debian) fabricManager(d Driver) ([]string, error) {
 // through the alternatives system, to this conffile of
 // nvidia-kernel-support; replacing its content keeps the links intact.
 func (debian) moduleLoadConf(d Driver) string {
-	if d.Source == SourceDistro {
+	if d.Source == settings.SourceDistro {
 		return "/etc/nvidia/current/nvidia-load.conf"
 	}
 	return ""

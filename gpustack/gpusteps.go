@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // gpuPlan is what the GPU stack's steps share while the planner adds them,
 // one feature at a time, in the order the image needs them.
 type gpuPlan struct {
 	p *Plan
-	o Options
+	o settings.Options
 	r release
 	f family
 	d Driver
@@ -30,8 +32,8 @@ type gpuPlan struct {
 }
 
 // gpuSteps adds the GPU stack's steps to p.
-func gpuSteps(p *Plan, o Options, r release, f family) error {
-	g := &gpuPlan{p: p, o: o, r: r, f: f, d: p.Driver, ks: p.Kernels, auto: p.Driver.Source == SourceAuto}
+func gpuSteps(p *Plan, o settings.Options, r release, f family) error {
+	g := &gpuPlan{p: p, o: o, r: r, f: f, d: p.Driver, ks: p.Kernels, auto: p.Driver.Source == settings.SourceAuto}
 	if err := g.packages(); err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func (g *gpuPlan) packages() error {
 		// The DKMS branch is the distro's; the precompiled one is decided
 		// in the image, where the archive is known.
 		distro := d
-		distro.Source = SourceDistro
+		distro.Source = settings.SourceDistro
 		g.pkgs, g.dkms, err = f.driver(r, distro, ks)
 		modules, rest, _ := f.precompiled(d)
 		g.choice = ChooseDriver{Kernels: ks, Modules: modules, Precompiled: rest, NoRecommends: true}
@@ -85,7 +87,7 @@ func (g *gpuPlan) packages() error {
 			return err
 		}
 	}
-	g.signing = g.dkms && o.ModuleSigning != SigningNone
+	g.signing = g.dkms && o.ModuleSigning != settings.SigningNone
 	return nil
 }
 
@@ -95,7 +97,7 @@ func (g *gpuPlan) sources() {
 	p, o, r, f, d := g.p, g.o, g.r, g.f, g.d
 	p.add("apt-components", "Enabling "+strings.Join(f.archiveComponents(), ", ")+" in the image's "+r.distro+" archive",
 		AptComponents{Components: f.archiveComponents(), Keyring: f.archiveKeyring()})
-	if d.Source == SourceCUDARepo {
+	if d.Source == settings.SourceCUDARepo {
 		url := o.CUDARepoURL
 		if url == "" {
 			url = fmt.Sprintf("%s/%s/%s/", cudaRepoBase, r.cudaDir, cudaArch(p.Target.Arch))
@@ -190,7 +192,7 @@ func (g *gpuPlan) modules() {
 	if !g.dkms {
 		p.add("modules", "Checking the precompiled NVIDIA modules for "+kernelRange(ks),
 			CheckModules{Kernels: ks, Modules: d.Modules}, CheckKernelSignatures{Kernels: ks})
-		p.ModuleSigning = ModuleSigning{Mode: SigningDistribution}
+		p.ModuleSigning = ModuleSigning{Mode: settings.SigningDistribution}
 		return
 	}
 	if !g.auto {
@@ -198,12 +200,12 @@ func (g *gpuPlan) modules() {
 			build, CheckModules{Kernels: ks, Modules: d.Modules})
 	}
 	if !g.signing {
-		p.ModuleSigning = ModuleSigning{Mode: SigningNone}
+		p.ModuleSigning = ModuleSigning{Mode: settings.SigningNone}
 		return
 	}
 	sm := SignModules{Kernels: ks, Subject: moduleSigner, CertDER: moduleCertDER, CertPEM: moduleCertPEM}
 	title := "Signing the NVIDIA modules for " + kernelRange(ks) + " with a key that lives only in memory"
-	if o.ModuleSigning == SigningKey {
+	if o.ModuleSigning == settings.SigningKey {
 		// The signer is the certificate's issuer, read from it.
 		sm.Subject = ""
 		sm.Key = &ModuleKey{File: o.ModuleKey, Cert: o.ModuleCert, PassphraseEnv: o.ModulePassphraseEnv}
@@ -268,11 +270,11 @@ func (g *gpuPlan) toolkit() {
 			{"nvidia-container-cli.debug", "/var/log/nvidia-kata-container.log"},
 			{"nvidia-container-runtime.debug", "/var/log/nvidia-kata-runtime.log"},
 		}})
-	if o.HookMode != HookCDI {
+	if o.HookMode != settings.HookCDI {
 		p.add("hook", "Installing the kata guest prestart hook",
 			WriteFile{Path: hookPath, Mode: modeScript, Owner: "root:root", Content: hookScript})
 	}
-	if o.HookMode != HookOCIPrestart {
+	if o.HookMode != settings.HookOCIPrestart {
 		p.add("cdi", "Installing the CDI spec service",
 			WriteFile{Path: cdiScriptPath, Mode: modeScript, Owner: "root:root", Content: cdiScript},
 			WriteFile{Path: "/etc/systemd/system/" + cdiUnit, Mode: modeFile, Owner: "root:root", Content: cdiService(g.d.Modules)},

@@ -1,16 +1,9 @@
 package gpustack
 
-import "fmt"
+import (
+	"fmt"
 
-// Defaults of the GPU Operator settings: the chart's own namespace and
-// driver.image (NVIDIA/gpu-operator deployments/gpu-operator/values.yaml at
-// a22dbf67). The driver repository has no default here: it names a
-// registry, which comes from the user's configuration; without it the
-// ClusterPolicy keeps the chart's driver.repository and no NVIDIADriver is
-// written (the operator refuses one that sets only part of its image).
-const (
-	DefaultOperatorNamespace   = "gpu-operator"
-	DefaultOperatorDriverImage = "driver"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // GPUOperator is what the objects written beside the image tell the
@@ -25,8 +18,8 @@ type GPUOperator struct {
 	Version string
 }
 
-// GPUOperator is the operator part of the options.
-func (o Options) GPUOperator() GPUOperator {
+// operatorOf is the operator part of the options.
+func operatorOf(o settings.Options) GPUOperator {
 	return GPUOperator{
 		Namespace:  o.OperatorNamespace,
 		Repository: o.OperatorDriverRepository,
@@ -34,11 +27,6 @@ func (o Options) GPUOperator() GPUOperator {
 		Version:    o.OperatorDriverVersion,
 	}
 }
-
-// NodeProfile reports whether the options build a Kubernetes node image:
-// no GPU stack in the image, whose driver the GPU Operator's driver
-// container builds from the baked repository.
-func (o Options) NodeProfile() bool { return !o.EnableGPU && o.RepoEnabled() }
 
 // DriverContainerDistros are the distributions NVIDIA publishes GPU
 // Operator driver containers for, by os-release ID. The operator takes the
@@ -50,7 +38,7 @@ var DriverContainerDistros = []string{"ubuntu", "rhel"}
 // options: a node image for a distribution with no driver container cannot
 // get its driver from the operator. The provisioner shows them through the
 // ui, plan on stderr.
-func (o Options) TargetWarnings(t Target) []string {
+func TargetWarnings(o settings.Options, t Target) []string {
 	if !o.NodeProfile() {
 		return nil
 	}
@@ -62,7 +50,3 @@ func (o Options) TargetWarnings(t Target) []string {
 	return []string{fmt.Sprintf("node image for %s %s (enable_nvidia_gpu=no, local_repo on): NVIDIA publishes no GPU Operator driver container for %s, so the operator's driver pod on these nodes pulls %s/%s:<version>-%s%s, which does not exist, and never starts. Driver containers exist for Ubuntu and RHEL only: build node images from Ubuntu (22.04 or 24.04).",
 		t.Distro, t.Version, t.Distro, orDefault(o.OperatorDriverRepository, "<driver.repository>"), o.OperatorDriverImage, t.Distro, t.Version)}
 }
-
-// validNamespace reports whether s is a Kubernetes namespace name (an RFC
-// 1123 label), which the ConfigMap's metadata must carry.
-func validNamespace(s string) bool { return len(s) <= 63 && namespaceRe.MatchString(s) }

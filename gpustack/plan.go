@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -74,7 +75,7 @@ type Plan struct {
 // Toolkit is the resolved container toolkit choice.
 type Toolkit struct {
 	Version  string // exact apt version, "" for the newest in the repository
-	HookMode HookMode
+	HookMode settings.HookMode
 }
 
 // ModuleSigning is the plan's module signing policy, for the manifest and
@@ -83,29 +84,12 @@ type ModuleSigning struct {
 	// Mode is the nvidia_module_signing setting for modules DKMS builds
 	// (with nvidia_driver_source=auto: if the build takes DKMS), or
 	// SigningDistribution for precompiled ones.
-	Mode SigningMode
+	Mode settings.SigningMode
 	// Signer is modinfo's signer: the ephemeral certificate's subject; ""
 	// with a user's key, whose certificate names it.
 	Signer  string
 	CertDER string // the certificate in the image
 }
-
-// SigningMode is how the NVIDIA modules are signed.
-type SigningMode string
-
-// The signing modes: nvidia_module_signing's values, and the one of
-// precompiled modules.
-const (
-	// SigningEphemeral signs with a key made for the build and thrown away.
-	SigningEphemeral SigningMode = "ephemeral"
-	// SigningKey signs with the user's key (nvidia_module_signing_key).
-	SigningKey SigningMode = "key"
-	// SigningNone leaves the modules unsigned.
-	SigningNone SigningMode = "none"
-	// SigningDistribution: the distribution signed precompiled modules with
-	// their kernel's module signing key.
-	SigningDistribution SigningMode = "distribution"
-)
 
 // Driver is the resolved driver choice.
 type Driver struct {
@@ -114,8 +98,8 @@ type Driver struct {
 	Package string
 	Branch  string // "550"
 	Version string // exact version when pinned, else ""
-	Flavour ModuleFlavour
-	Source  DriverSource
+	Flavour settings.ModuleFlavour
+	Source  settings.DriverSource
 	// Modules are the module names a successful install provides for each
 	// targeted kernel (checked with modinfo -k), in the order the CDI unit
 	// loads them, which is kata NVRC's: the core module first, then UVM,

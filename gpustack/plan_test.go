@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -39,9 +41,9 @@ func TestPlanKernelsAtBuildTime(t *testing.T) {
 	}
 }
 
-func resolve(t *testing.T, env map[string]string) Options {
+func resolve(t *testing.T, env map[string]string) settings.Options {
 	t.Helper()
-	r, err := Resolve(Input{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	r, err := settings.Resolve(settings.Input{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
 	if err != nil {
 		t.Fatalf("resolve %v: %v", env, err)
 	}

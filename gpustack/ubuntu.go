@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/distro"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"strings"
 )
 
@@ -46,7 +47,7 @@ func (ubuntu) repoTemplates() []string {
 func (ubuntu) hasOpen(r release, branch string) bool { return branchAtLeast(branch, 515) }
 
 func serverSuffix(d Driver) string {
-	if d.Flavour == ModulesOpen {
+	if d.Flavour == settings.ModulesOpen {
 		return "-server-open"
 	}
 	return "-server"
@@ -55,15 +56,15 @@ func serverSuffix(d Driver) string {
 func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, error) {
 	b := d.Branch
 	switch d.Source {
-	case SourceCUDARepo:
+	case settings.SourceCUDARepo:
 		if r.noCUDARepo != "" {
 			return nil, false, fmt.Errorf("nvidia_driver_source=cuda-repo: not supported on %s: %s; allowed there: auto, distro, precompiled", r.name(), r.noCUDARepo)
 		}
-		if d.Flavour == ModulesOpen {
+		if d.Flavour == settings.ModulesOpen {
 			return []string{"nvidia-driver-" + b + "-open"}, true, nil
 		}
 		return []string{"cuda-drivers-" + b}, true, nil
-	case SourcePrecompiled:
+	case settings.SourcePrecompiled:
 		modules, rest, _ := u.precompiled(d)
 		var pkgs []string
 		for _, k := range kernels {

@@ -18,6 +18,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // RunCommand is the mkosi subcommand: it renders a tree from the settings
@@ -50,7 +51,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+aptsource.Dir+")")
 	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+aptsource.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
 	bin := fs.String("podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
-	collect := gpustack.BindFlags(fs)
+	collect := settings.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n       packer-plugin-podvm mkosi --into TREE [--image NAME] [setting flags]   (the GPU layer in an existing tree, profile "+Profile+")\n       packer-plugin-podvm mkosi --into TREE --remove\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
 		fs.PrintDefaults()
@@ -78,7 +79,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 2
 		}
 	}
-	res, err := gpustack.Resolve(gpustack.Input{Explicit: collect(), ExplicitFrom: gpustack.FromFlag})
+	res, err := settings.Resolve(settings.Input{Explicit: collect(), ExplicitFrom: settings.FromFlag})
 	if err != nil {
 		fmt.Fprintln(stderr, "mkosi:", err)
 		return 2
@@ -104,7 +105,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	t.KernelsAtBuildTime = true
-	for _, w := range res.Options.TargetWarnings(t) {
+	for _, w := range gpustack.TargetWarnings(res.Options, t) {
 		fmt.Fprintln(stderr, "mkosi: warning:", w)
 	}
 	// Local things first: nothing below may hide them behind a network
@@ -237,7 +238,7 @@ func checkBin(bin string) error {
 // mkosi mount (BuildSources=), so that a path mkosi would misread is
 // reported under its setting's name before anything is fetched or
 // written.
-func checkHostPaths(o gpustack.Options) []error {
+func checkHostPaths(o settings.Options) []error {
 	var errs []error
 	check := func(key, p string) {
 		if p == "" {
@@ -253,7 +254,7 @@ func checkHostPaths(o gpustack.Options) []error {
 	if o.BuildCache != cachedir.ModeNo {
 		check("build_cache_dir", o.CacheDir)
 	}
-	if o.ModuleSigning == gpustack.SigningKey {
+	if o.ModuleSigning == settings.SigningKey {
 		check("nvidia_module_signing_key", o.ModuleKey)
 		check("nvidia_module_signing_cert", o.ModuleCert)
 	}

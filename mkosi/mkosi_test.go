@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // mkosiVersion is a mkosi release the tests run, as
@@ -258,7 +259,7 @@ func checkSummary(t *testing.T, out []byte, dir string, c treeCase, gpuOn bool) 
 	}
 	want := append(slices.Clone(p.KernelPackages), p.BootPackages...)
 	if gpuOn {
-		want = append(want, "nvidia-container-toolkit="+gpustack.DefaultToolkitVersion)
+		want = append(want, "nvidia-container-toolkit="+settings.DefaultToolkitVersion)
 	}
 	for _, w := range want {
 		if !slices.Contains(img.Packages, w) {
@@ -302,7 +303,7 @@ func checkDriverPackage(t *testing.T, img summaryImage, profile string, p *gpust
 	if !slices.Contains(img.Packages, pkg) && !strings.Contains(string(steps), `"`+pkg+`"`) {
 		t.Errorf("driver package %s neither in Packages %v nor in the steps run-steps runs", pkg, img.Packages)
 	}
-	if p.Driver.Source == gpustack.SourceAuto && slices.ContainsFunc(img.Packages, func(q string) bool { return strings.HasPrefix(q, "nvidia-headless") }) {
+	if p.Driver.Source == settings.SourceAuto && slices.ContainsFunc(img.Packages, func(q string) bool { return strings.HasPrefix(q, "nvidia-headless") }) {
 		t.Errorf("Packages %v: the driver is chosen at build time, not in Packages=", img.Packages)
 	}
 }

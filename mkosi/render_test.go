@@ -21,6 +21,7 @@ import (
 
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -72,22 +73,22 @@ var treeCases = []treeCase{
 
 // plan resolves settings from explicit values only, so the environment of
 // whoever runs the tests cannot change the trees.
-func plan(t *testing.T, distro, release string, settings map[string]string) *gpustack.Plan {
+func plan(t *testing.T, distro, release string, given map[string]string) *gpustack.Plan {
 	t.Helper()
 	// The generator resolves the cache directory; the trees name it.
-	explicit := map[string]gpustack.Raw{}
-	if _, ok := settings["build_cache_dir"]; !ok {
-		explicit["build_cache_dir"] = gpustack.Scalar(goldenCacheDir)
+	explicit := map[string]settings.Raw{}
+	if _, ok := given["build_cache_dir"]; !ok {
+		explicit["build_cache_dir"] = settings.Scalar(goldenCacheDir)
 	}
 	var security string
-	for k, v := range settings {
+	for k, v := range given {
 		if k == securityMirrorKey {
 			security = v
 			continue
 		}
-		explicit[k] = gpustack.Scalar(v)
+		explicit[k] = settings.Scalar(v)
 	}
-	res, err := gpustack.Resolve(gpustack.Input{Explicit: explicit, ExplicitFrom: gpustack.FromFlag,
+	res, err := settings.Resolve(settings.Input{Explicit: explicit, ExplicitFrom: settings.FromFlag,
 		LookupEnv: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)

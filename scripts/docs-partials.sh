@@ -9,6 +9,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ln -s "$root" "$tmp/packer-plugin-podvm"
 rm -rf "$root/docs-partials"
-for f in builder/rootfs/config.go provisioner/gpu/provisioner.go postprocessor/record/record.go gpustack/settings_hcl.go; do
+for f in builder/rootfs/config.go provisioner/gpu/provisioner.go postprocessor/record/record.go settings/settings_hcl.go; do
 	(cd "$tmp/packer-plugin-podvm/$(dirname "$f")" && go tool packer-sdc struct-markdown "$(basename "$f")")
 done

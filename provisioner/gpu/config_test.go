@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hcldec"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // prepareHCL decodes an HCL body with the provisioner's own spec, the way
@@ -44,7 +44,7 @@ transfer_retries           = 5
 		t.Errorf("options %+v", o)
 	}
 	// The environment applies where HCL is silent, and only there.
-	if o.KernelModules != gpustack.ModulesProprietary {
+	if o.KernelModules != settings.ModulesProprietary {
 		t.Errorf("nvidia_kernel_modules = %s, want proprietary from the environment", o.KernelModules)
 	}
 	if p.config.ExecuteCommand != "sudo -n sh -c {{.Command}}" || p.retries != 5 || p.config.Env["http_proxy"] != "http://proxy:3128" {

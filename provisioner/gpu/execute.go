@@ -14,6 +14,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/debcache"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 	"github.com/podvm-gpu/packer-plugin-podvm/version"
 )
@@ -52,7 +53,7 @@ type executor struct {
 	debs       *debcache.Store
 }
 
-func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
+func (e *executor) provision(ctx context.Context, o settings.Options) error {
 	start := e.r.now()
 	e.ui.Say("podvm-gpu: detecting the image")
 	t, err := detect(ctx, e.r)
@@ -60,7 +61,7 @@ func (e *executor) provision(ctx context.Context, o gpustack.Options) error {
 		return fmt.Errorf("podvm-gpu: detecting the image: %w", err)
 	}
 	e.ui.Say(fmt.Sprintf("podvm-gpu: target %s, kernels %s", t, strings.Join(t.Kernels, " ")))
-	for _, w := range o.TargetWarnings(t) {
+	for _, w := range gpustack.TargetWarnings(o, t) {
 		e.ui.Say("podvm-gpu: warning: " + w)
 	}
 	e.dpkgUnsafe = e.unsafeDpkg()

@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/modcache"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"github.com/podvm-gpu/packer-plugin-podvm/shellquote"
 )
 
@@ -120,8 +120,8 @@ func (t commTarget) Download(ctx context.Context, path string, open func() (io.W
 // input redirection replaces it; with `echo 'pw' | sudo -S sh -c ...` not
 // one byte of the key arrived. The signing script checks the length of
 // what it gets too, which catches the forms this cannot see.
-func checkKeyModeExecuteCommand(tmpl string, o gpustack.Options) error {
-	if !o.EnableGPU || o.ModuleSigning != gpustack.SigningKey {
+func checkKeyModeExecuteCommand(tmpl string, o settings.Options) error {
+	if !o.EnableGPU || o.ModuleSigning != settings.SigningKey {
 		return nil
 	}
 	reason := stdinTaker(tmpl)

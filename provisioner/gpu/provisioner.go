@@ -24,7 +24,7 @@ import (
 	"github.com/hashicorp/packer-plugin-sdk/template/interpolate"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
-	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // DefaultExecuteCommand runs each command with the communicator user's
@@ -37,7 +37,7 @@ const DefaultExecuteCommand = "sh -c {{.Command}}"
 // the Packer manners every provisioner has.
 type Config struct {
 	common.PackerConfig `mapstructure:",squash"`
-	gpustack.Settings   `mapstructure:",squash"`
+	settings.HCL        `mapstructure:",squash"`
 
 	// How each command runs on the machine. {{.Command}} is the command,
 	// already quoted as one shell word (do not quote it again); {{.Vars}} is
@@ -73,7 +73,7 @@ type Config struct {
 // Provisioner is the podvm-gpu provisioner.
 type Provisioner struct {
 	config  Config
-	options gpustack.Options
+	options settings.Options
 	retries int
 	// warnings are Resolve's, shown through the ui when the build starts.
 	warnings []string
@@ -158,13 +158,13 @@ func (p *Provisioner) Prepare(raws ...interface{}) error {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	res, err := gpustack.Resolve(gpustack.Input{
-		Explicit:     c.Settings.Explicit(),
-		ExplicitFrom: gpustack.FromHCL,
+	res, err := settings.Resolve(settings.Input{
+		Explicit:     c.HCL.Explicit(),
+		ExplicitFrom: settings.FromHCL,
 		LookupEnv:    lookup,
 	})
 	if err != nil {
-		var se *gpustack.SettingsError
+		var se *settings.Error
 		if errors.As(err, &se) {
 			for _, e := range se.Errs {
 				errs = packersdk.MultiErrorAppend(errs, e)

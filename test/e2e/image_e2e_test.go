@@ -31,6 +31,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/keyscan"
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // e2eSettings are the options both back ends get, through the environment
@@ -461,9 +462,9 @@ func checkGPUImage(t *testing.T, env *builderEnv, rootfs, arts string) {
 		}
 		// The defaults: the driver's installed version recorded, the pinned
 		// toolkit, the kernel, driver and toolkit held.
-		if !strings.HasPrefix(m.GPU.DriverVersion, m.GPU.DriverBranch+".") || m.GPU.ToolkitVersion != gpustack.DefaultToolkitVersion {
+		if !strings.HasPrefix(m.GPU.DriverVersion, m.GPU.DriverBranch+".") || m.GPU.ToolkitVersion != settings.DefaultToolkitVersion {
 			t.Errorf("manifest: driver version %q (branch %s), toolkit %q, want the installed driver and toolkit %s",
-				m.GPU.DriverVersion, m.GPU.DriverBranch, m.GPU.ToolkitVersion, gpustack.DefaultToolkitVersion)
+				m.GPU.DriverVersion, m.GPU.DriverBranch, m.GPU.ToolkitVersion, settings.DefaultToolkitVersion)
 		}
 		for _, want := range []string{"linux-image-" + kver, "nvidia-kernel-dkms", "nvidia-container-toolkit"} {
 			if !slices.Contains(m.Held, want) {

@@ -1,4 +1,4 @@
-package gpustack
+package settings
 
 import (
 	"os"
@@ -122,7 +122,7 @@ func TestHostileSettings(t *testing.T) {
 					t.Errorf("error lacks %q:\n%v", w, err)
 				}
 			}
-			if se, ok := err.(*SettingsError); ok && tt.count > 0 && len(se.Errs) != tt.count {
+			if se, ok := err.(*Error); ok && tt.count > 0 && len(se.Errs) != tt.count {
 				t.Errorf("%d errors, want %d:\n%v", len(se.Errs), tt.count, err)
 			}
 		})

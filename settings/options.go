@@ -1,4 +1,4 @@
-package gpustack
+package settings
 
 import (
 	"fmt"
@@ -42,6 +42,49 @@ const (
 	HookBoth        HookMode = "both"
 )
 
+// Closure is how much of the packages' dependencies the local repository
+// holds.
+type Closure string
+
+const (
+	// ClosureFull: every dependency a minimal consumer needs.
+	ClosureFull Closure = "full"
+	// ClosureNone: the named packages only.
+	ClosureNone Closure = "none"
+)
+
+// SigningMode is how the NVIDIA modules are signed.
+type SigningMode string
+
+// The signing modes: nvidia_module_signing's values, and the one of
+// precompiled modules.
+const (
+	// SigningEphemeral signs with a key made for the build and thrown away.
+	SigningEphemeral SigningMode = "ephemeral"
+	// SigningKey signs with the user's key (nvidia_module_signing_key).
+	SigningKey SigningMode = "key"
+	// SigningNone leaves the modules unsigned.
+	SigningNone SigningMode = "none"
+	// SigningDistribution: the distribution signed precompiled modules with
+	// their kernel's module signing key.
+	SigningDistribution SigningMode = "distribution"
+)
+
+// DefaultToolkitVersion is the container toolkit version the table
+// defaults to: the one CI builds and checks images with.
+const DefaultToolkitVersion = "1.17.8-1"
+
+// Defaults of the GPU Operator settings: the chart's own namespace and
+// driver.image (NVIDIA/gpu-operator deployments/gpu-operator/values.yaml at
+// a22dbf67). The driver repository has no default here: it names a
+// registry, which comes from the user's configuration; without it the
+// ClusterPolicy keeps the chart's driver.repository and no NVIDIADriver is
+// written (the operator refuses one that sets only part of its image).
+const (
+	DefaultOperatorNamespace   = "gpu-operator"
+	DefaultOperatorDriverImage = "driver"
+)
+
 // Options are the validated settings. Zero values are never used directly:
 // Resolve fills every field from the table's defaults first.
 type Options struct {
@@ -77,7 +120,7 @@ type Options struct {
 	LocalRepo         string // auto, yes, no
 	RepoPath          string
 	RepoPackages      []string // templates; nil means the distro's default
-	RepoClosure       string
+	RepoClosure       Closure
 	RepoExtraPackages []string
 	RepoAllDigests    bool
 	SigningKey        string
@@ -134,6 +177,15 @@ func (o Options) Timestamp() time.Time {
 	}
 	return o.resolvedAt
 }
+
+// NodeProfile reports whether the options build a Kubernetes node image:
+// no GPU stack in the image, whose driver the GPU Operator's driver
+// container builds from the baked repository.
+func (o Options) NodeProfile() bool { return !o.EnableGPU && o.RepoEnabled() }
+
+// validNamespace reports whether s is a Kubernetes namespace name (an RFC
+// 1123 label), which the ConfigMap's metadata must carry.
+func validNamespace(s string) bool { return len(s) <= 63 && namespaceRe.MatchString(s) }
 
 // Source is where a value came from.
 type Source int
@@ -230,7 +282,7 @@ func Resolve(in Input) (Resolved, error) {
 	}
 	errs = append(errs, res.Options.crossCheck(res.Origin)...)
 	if len(errs) > 0 {
-		return Resolved{}, &SettingsError{Errs: errs}
+		return Resolved{}, &Error{Errs: errs}
 	}
 	res.Warnings = append(res.Options.ignored(res.Origin), res.Options.operatorWarnings()...)
 	return res, nil
@@ -369,10 +421,10 @@ func (o Options) crossCheck(origin map[string]Source) []error {
 	return errs
 }
 
-// SettingsError lists every rejected setting.
-type SettingsError struct{ Errs []error }
+// Error lists every rejected setting.
+type Error struct{ Errs []error }
 
-func (e *SettingsError) Error() string {
+func (e *Error) Error() string {
 	msgs := make([]string, len(e.Errs))
 	for i, err := range e.Errs {
 		msgs[i] = err.Error()
@@ -383,7 +435,7 @@ func (e *SettingsError) Error() string {
 	return fmt.Sprintf("%d invalid settings:\n  %s", len(msgs), strings.Join(msgs, "\n  "))
 }
 
-func (e *SettingsError) Unwrap() []error { return e.Errs }
+func (e *Error) Unwrap() []error { return e.Errs }
 
 // BindFlags adds a flag for every setting to fs. The returned function
 // collects the flags the user set, ready for Input.Explicit.

@@ -1,4 +1,4 @@
-package gpustack
+package settings
 
 import (
 	"errors"

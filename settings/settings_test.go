@@ -1,4 +1,4 @@
-package gpustack
+package settings
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func decodeHCL(t *testing.T, src string) map[string]Raw {
 	if diags.HasErrors() {
 		t.Fatalf("parse: %v", diags)
 	}
-	var flat FlatSettings
+	var flat FlatHCL
 	spec := hcldec.ObjectSpec(flat.HCL2Spec())
 	val, diags := hcldec.Decode(f.Body, spec, &hcl.EvalContext{})
 	if diags.HasErrors() {
@@ -31,7 +31,7 @@ func decodeHCL(t *testing.T, src string) map[string]Raw {
 	if err := gocty.FromCtyValue(val, &flat); err != nil {
 		t.Fatalf("from cty: %v", err)
 	}
-	s := Settings(flat)
+	s := HCL(flat)
 	return s.Explicit()
 }
 
@@ -116,7 +116,7 @@ func TestBadInputs(t *testing.T) {
 				if strings.HasPrefix(tt.name, "hcl list for scalar") {
 					// HCL itself refuses a list where the spec says string.
 					f, _ := hclparse.NewParser().ParseHCL([]byte(tt.hcl), "t.hcl")
-					var flat FlatSettings
+					var flat FlatHCL
 					_, diags := hcldec.Decode(f.Body, hcldec.ObjectSpec(flat.HCL2Spec()), nil)
 					if !diags.HasErrors() || !strings.Contains(diags.Error(), tt.want[0]) {
 						t.Fatalf("want HCL to refuse a list, got %v", diags)
@@ -136,9 +136,9 @@ func TestBadInputs(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted; want an error")
 			}
-			var se *SettingsError
+			var se *Error
 			if !errors.As(err, &se) {
-				t.Fatalf("error %T is not a *SettingsError", err)
+				t.Fatalf("error %T is not a *Error", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {

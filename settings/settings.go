@@ -1,7 +1,7 @@
-package gpustack
+package settings
 
 //go:generate go run ./internal/gensettings -go settings_hcl.go -markdown ../docs/settings.md -make ../settings.mk
-//go:generate go tool packer-sdc mapstructure-to-hcl2 -type Settings
+//go:generate go tool packer-sdc mapstructure-to-hcl2 -type HCL
 
 import (
 	"errors"
@@ -153,13 +153,19 @@ const (
 	maxListItems  = 256
 )
 
+// The keyrings the plan installs in the image for the repositories it adds.
+const (
+	CUDAKeyring    = "/usr/share/keyrings/podvm-nvidia-cuda.gpg"
+	ToolkitKeyring = "/usr/share/keyrings/podvm-nvidia-container-toolkit.gpg"
+)
+
 // Keyrings of the image's apt that local_repo_keyring must not replace: the
 // distribution's archive keys (debian-*, ubuntu-*) and the keys of the
-// repositories the plan adds (see build.go).
+// repositories the plan adds.
 var (
 	keyringDirs         = []string{"/usr/share/keyrings", "/etc/apt/keyrings"}
 	distroKeyringPrefix = []string{"debian-", "ubuntu-"}
-	planKeyrings        = []string{cudaKeyring, toolkitKeyring}
+	planKeyrings        = []string{CUDAKeyring, ToolkitKeyring}
 )
 
 func checkRepoKeyring(p string) error {
@@ -229,7 +235,7 @@ var (
 			if s == "newest" || s == "all" {
 				return true
 			}
-			ks := splitList(s)
+			ks := SplitList(s)
 			for _, k := range ks {
 				if !imagekernel.Valid(k) {
 					return false
@@ -260,8 +266,9 @@ var (
 	)
 )
 
-// splitList splits env and flag list values on commas and whitespace.
-func splitList(s string) []string {
+// SplitList splits a list as the environment and flags write it: on commas
+// and whitespace.
+func SplitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool {
 		return r == ',' || r == ' ' || r == '\t' || r == '\n'
 	})
@@ -387,7 +394,7 @@ var Table = []Setting{
 	{Key: "local_repo_closure", Env: "LOCAL_REPO_CLOSURE", Kind: Enum, Default: "full", Section: "repo",
 		Allowed: []string{"full", "none"},
 		Help:    "full: every dependency a minimal consumer needs (resolved against an empty dpkg status); none: the named packages only.",
-		set:     func(o *Options, v value) { o.RepoClosure = v.s }},
+		set:     func(o *Options, v value) { o.RepoClosure = Closure(v.s) }},
 	{Key: "local_repo_extra_packages", Env: "LOCAL_REPO_EXTRA_PACKAGES", Kind: List, Section: "repo",
 		Help:  "More packages to bake into the repository.",
 		check: &checkPkgName,
@@ -587,7 +594,7 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 				items = append(items, strings.TrimSpace(r))
 			}
 		} else if len(raw) > 0 {
-			items = splitList(raw[0])
+			items = SplitList(raw[0])
 		}
 		given := isList || len(raw) > 0
 		if s.nonEmpty && given && len(items) == 0 {
