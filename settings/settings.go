@@ -561,69 +561,18 @@ func (s *Setting) DefaultText() string {
 // these values reach units, scripts and config files, where a control
 // character starts a line of its own.
 func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
-	bad := func(v, allowed string) error {
-		return &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
-	}
-	// refused turns a check's error into a ValueError that says what is
-	// wrong (an inputcheck.Error's problem) and what is allowed.
-	refused := func(v string, err error, allowed string) error {
-		ve := &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
-		var ie *inputcheck.Error
-		if errors.As(err, &ie) {
-			// The row's allowed text is the one the docs show; the
-			// check's own would say less about this setting.
-			ve.Problem = ie.Problem
-		}
-		return ve
-	}
-	check := func(v string) error {
-		if err := inputcheck.Text(v, maxValueBytes); err != nil {
-			return refused(v, err, s.AllowedText())
-		}
-		if s.check != nil {
-			if err := s.check.valid(v); err != nil {
-				return refused(v, err, s.AllowedText())
-			}
-		}
-		return nil
-	}
 	if s.Kind == List {
-		var items []string
-		if isList {
-			for _, r := range raw {
-				items = append(items, strings.TrimSpace(r))
-			}
-		} else if len(raw) > 0 {
-			items = SplitList(raw[0])
-		}
-		given := isList || len(raw) > 0
-		if s.nonEmpty && given && len(items) == 0 {
-			return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
-				Problem: "an empty list", Allowed: "one or more " + s.AllowedText() + "; to use the default, leave the setting out"}
-		}
-		if len(items) > maxListItems {
-			return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
-				Problem: fmt.Sprintf("%d items", len(items)), Allowed: fmt.Sprintf("at most %d %s", maxListItems, s.AllowedText())}
-		}
-		for _, it := range items {
-			if it == "" {
-				return value{}, bad(it, s.AllowedText())
-			}
-			if err := check(it); err != nil {
-				return value{}, err
-			}
-		}
-		return value{list: items}, nil
+		return s.parseList(raw, isList, from)
 	}
 	if isList || len(raw) != 1 {
-		return value{}, bad(strings.Join(raw, ","), "a single value: "+s.AllowedText())
+		return value{}, s.bad(from, strings.Join(raw, ","), "a single value: "+s.AllowedText())
 	}
 	v := strings.TrimSpace(raw[0])
 	switch s.Kind {
 	case Bool:
 		b, ok := ParseBool(v)
 		if !ok {
-			return value{}, bad(raw[0], s.AllowedText())
+			return value{}, s.bad(from, raw[0], s.AllowedText())
 		}
 		return value{b: b, s: v}, nil
 	case Enum:
@@ -633,17 +582,73 @@ func (s *Setting) parse(raw []string, isList bool, from Source) (value, error) {
 				return value{s: a}, nil
 			}
 		}
-		return value{}, bad(raw[0], s.AllowedText())
+		return value{}, s.bad(from, raw[0], s.AllowedText())
 	}
 	if v == "" && s.Default != "" {
-		return value{}, bad(raw[0], s.AllowedText())
+		return value{}, s.bad(from, raw[0], s.AllowedText())
 	}
 	if v != "" {
-		if err := check(v); err != nil {
+		if err := s.checkText(from, v); err != nil {
 			return value{}, err
 		}
 	}
 	return value{s: v}, nil
+}
+
+// parseList parses a List: a list from HCL, or one string the environment
+// or a flag gave, split on commas and whitespace.
+func (s *Setting) parseList(raw []string, isList bool, from Source) (value, error) {
+	var items []string
+	if isList {
+		for _, r := range raw {
+			items = append(items, strings.TrimSpace(r))
+		}
+	} else if len(raw) > 0 {
+		items = SplitList(raw[0])
+	}
+	given := isList || len(raw) > 0
+	if s.nonEmpty && given && len(items) == 0 {
+		return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
+			Problem: "an empty list", Allowed: "one or more " + s.AllowedText() + "; to use the default, leave the setting out"}
+	}
+	if len(items) > maxListItems {
+		return value{}, &ValueError{Setting: s, From: from, Value: strings.Join(raw, ","),
+			Problem: fmt.Sprintf("%d items", len(items)), Allowed: fmt.Sprintf("at most %d %s", maxListItems, s.AllowedText())}
+	}
+	for _, it := range items {
+		if it == "" {
+			return value{}, s.bad(from, it, s.AllowedText())
+		}
+		if err := s.checkText(from, it); err != nil {
+			return value{}, err
+		}
+	}
+	return value{list: items}, nil
+}
+
+func (s *Setting) bad(from Source, v, allowed string) error {
+	return &ValueError{Setting: s, From: from, Value: v, Allowed: allowed}
+}
+
+// checkText runs the checks of every String value and List item (no control
+// characters, a length cap), then the setting's own.
+func (s *Setting) checkText(from Source, v string) error {
+	err := inputcheck.Text(v, maxValueBytes)
+	if err == nil && s.check != nil {
+		err = s.check.valid(v)
+	}
+	if err == nil {
+		return nil
+	}
+	// The row's allowed text is the one the docs show; the check's own
+	// would say less about this setting. An inputcheck.Error says what is
+	// wrong.
+	ve := &ValueError{Setting: s, From: from, Value: v, Allowed: s.AllowedText()}
+	var ie *inputcheck.Error
+	if errors.As(err, &ie) {
+		ve.Problem = ie.Problem
+	}
+	return ve
 }
 
 // ValueError is a rejected setting value. Its message names the setting the
