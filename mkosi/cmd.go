@@ -2,6 +2,7 @@ package mkosi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,159 +39,214 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(args) > 0 && args[0] == "check-keys" {
 		return runCheckKeys(args[1:], stdout, stderr)
 	}
+	g, code, ok := parseGenerate(args, stderr)
+	if !ok {
+		return code
+	}
+	if g.remove {
+		return removeLayer(g.into, stdout, stderr)
+	}
+	if err := g.run(ctx, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
 
-	fs := pflag.NewFlagSet("mkosi", pflag.ContinueOnError)
-	out := fs.String("output", "", "directory to write the tree into (this or --into is required)")
-	into := fs.String("into", "", "an existing mkosi tree (one image, or several in mkosi.images) to add the GPU layer to, in its own profile "+Profile+"; distribution, release and architecture come from the tree")
-	image := fs.String("image", "", "with --into: the image of mkosi.images that gets the layer (default: the one bootable image, else system)")
-	remove := fs.Bool("remove", false, "with --into: take the layer out of the tree again, leaving it as it was before")
-	force := fs.Bool("force", false, "regenerate into a non-empty --output, removing the previous generation's files")
-	distro := fs.String("distribution", "debian", "target distribution: debian|ubuntu")
-	release := fs.String("release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|26.04|jammy|noble|resolute")
-	arch := fs.String("architecture", "amd64", "target dpkg architecture: amd64|arm64")
-	mirror := fs.String("mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+aptsource.Dir+")")
-	securityMirror := fs.String("security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+aptsource.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
-	bin := fs.String("podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
+// generate is a generator run as the flags ask for it.
+type generate struct {
+	fs                          *pflag.FlagSet
+	out, into, image            string
+	remove, force               bool
+	distro, release, arch       string
+	mirror, securityMirror, bin string
+	explicit                    map[string]settings.Raw
+}
+
+// usageError is an error in what the user asked for (exit status 2), not a
+// failure to do it (1).
+type usageError struct{ error }
+
+func usage(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// parseGenerate reads the generator's flags; ok is false when the command
+// ends there, with the exit code.
+func parseGenerate(args []string, stderr io.Writer) (g *generate, code int, ok bool) {
+	g = &generate{fs: pflag.NewFlagSet("mkosi", pflag.ContinueOnError)}
+	fs := g.fs
+	fs.StringVar(&g.out, "output", "", "directory to write the tree into (this or --into is required)")
+	fs.StringVar(&g.into, "into", "", "an existing mkosi tree (one image, or several in mkosi.images) to add the GPU layer to, in its own profile "+Profile+"; distribution, release and architecture come from the tree")
+	fs.StringVar(&g.image, "image", "", "with --into: the image of mkosi.images that gets the layer (default: the one bootable image, else system)")
+	fs.BoolVar(&g.remove, "remove", false, "with --into: take the layer out of the tree again, leaving it as it was before")
+	fs.BoolVar(&g.force, "force", false, "regenerate into a non-empty --output, removing the previous generation's files")
+	fs.StringVar(&g.distro, "distribution", "debian", "target distribution: debian|ubuntu")
+	fs.StringVar(&g.release, "release", "13", "target release, version or codename: 12|13|bookworm|trixie, 22.04|24.04|26.04|jammy|noble|resolute")
+	fs.StringVar(&g.arch, "architecture", "amd64", "target dpkg architecture: amd64|arm64")
+	fs.StringVar(&g.mirror, "mirror", "", "distro archive URL for the build's apt sources (default: the host's archive for the target distribution, from "+aptsource.Dir+")")
+	fs.StringVar(&g.securityMirror, "security-mirror", "", "security archive URL for the release's -security suite (default: the host's, from "+aptsource.Dir+"; with none found, or --security-mirror=\"\", the build has no security suite)")
+	fs.StringVar(&g.bin, "podvm-bin", "", "absolute path of packer-plugin-podvm on the build host, which mkosi runs to sign the repository (default: $PODVM_BIN, else this binary)")
 	collect := settings.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: packer-plugin-podvm mkosi --output DIR [--distribution D --release R --architecture A] [--force] [setting flags]\n       packer-plugin-podvm mkosi --into TREE [--image NAME] [setting flags]   (the GPU layer in an existing tree, profile "+Profile+")\n       packer-plugin-podvm mkosi --into TREE --remove\n\nEvery setting also reads its environment variable (see `packer-plugin-podvm options`).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := cmdflags.Parse(fs, args, false, stderr); !ok {
-		return code
+		return nil, code, false
 	}
-	if (*out == "") == (*into == "") || fs.NArg() > 0 {
+	if (g.out == "") == (g.into == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "mkosi: give one of --output DIR (a tree of its own) and --into DIR (a layer in an existing tree); no arguments")
 		fs.Usage()
-		return 2
+		return nil, 2, false
 	}
-	if *into == "" && (*image != "" || *remove) {
+	if g.into == "" && (g.image != "" || g.remove) {
 		fmt.Fprintln(stderr, "mkosi: --image and --remove go with --into DIR")
-		return 2
+		return nil, 2, false
 	}
-	if *remove {
-		return removeLayer(*into, stdout, stderr)
-	}
+	g.explicit = collect()
+	return g, 0, true
+}
+
+// run writes the tree, or the layer into the user's tree.
+func (g *generate) run(ctx context.Context, stdout, stderr io.Writer) error {
 	var layer *Layer
-	if *into != "" {
+	if g.into != "" {
 		var err error
-		if layer, err = intoTarget(*into, *image, fs, distro, release, arch); err != nil {
-			fmt.Fprintln(stderr, "mkosi:", err)
-			return 2
+		if layer, err = intoTarget(g.into, g.image, g.fs, &g.distro, &g.release, &g.arch); err != nil {
+			return usage("mkosi: %w", err)
 		}
 	}
-	res, err := settings.Resolve(settings.Input{Explicit: collect(), ExplicitFrom: settings.FromFlag})
+	o, t, err := g.resolve(stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "mkosi:", err)
-		return 2
+		return err
+	}
+	// Local things first: nothing below may hide them behind a network
+	// error (fetching a repository key).
+	if layer == nil {
+		if err := CheckOutput(g.out, g.force); err != nil {
+			return usageError{err}
+		}
+	}
+	if err := g.checkLocal(o); err != nil {
+		return err
+	}
+	archive, security, err := mkosiMirrors(aptsource.Dir, t, aptsource.Setting{Value: g.mirror, Set: g.fs.Changed("mirror")}, aptsource.Setting{Value: g.securityMirror, Set: g.fs.Changed("security-mirror")}, stdout, stderr)
+	if err != nil {
+		return usage("mkosi: %w", err)
+	}
+	t.Mirror, t.SecurityMirror = archive, security
+	plan, err := gpustack.NewPlan(o, t)
+	if err != nil {
+		return fmt.Errorf("mkosi: %w", err)
+	}
+	agents, err := agentTree(o.PodVMBinaries, layer != nil, stdout)
+	if err != nil {
+		return err
+	}
+	files, err := Render(ctx, Config{Plan: plan, Bin: g.bin, Into: layer, AgentTree: agents})
+	if err != nil {
+		return err
+	}
+	if layer != nil {
+		if err := WriteLayer(g.into, files); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "mkosi: added the GPU layer for %s to %s (%d files, listed in %s)\n", t, g.into, len(files), layerRecord)
+		fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (with the tree's own profiles: --profile PROFILE,%s); remove with: packer-plugin-podvm mkosi --into %s --remove\n", g.into, Profile, Profile, g.into)
+		return nil
+	}
+	if err := Write(g.out, files, g.force); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "mkosi: wrote %d files for %s into %s\n", len(files), t, g.out)
+	if o.EnableGPU {
+		fmt.Fprintf(stdout, "build with: mkosi -C %s build   (profile %s selected; --profile= builds without the GPU stack)\n", g.out, Profile)
+	}
+	return nil
+}
+
+// resolve resolves the settings and the release, showing their warnings,
+// and settles the module cache's path on this host, where the build runs
+// and from where the tree mounts it.
+func (g *generate) resolve(stderr io.Writer) (settings.Options, gpustack.Target, error) {
+	res, err := settings.Resolve(settings.Input{Explicit: g.explicit, ExplicitFrom: settings.FromFlag})
+	if err != nil {
+		return settings.Options{}, gpustack.Target{}, usage("mkosi: %w", err)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintln(stderr, "mkosi: warning:", w)
 	}
-	// The tree mounts the module cache from this host: its path is
-	// settled here, where the build runs.
-	if o := &res.Options; o.BuildCache != cachedir.ModeNo {
+	o := res.Options
+	if o.BuildCache != cachedir.ModeNo {
 		if o.CacheDir, err = cachedir.Root(o.CacheDir); err != nil {
-			fmt.Fprintln(stderr, "mkosi:", err)
-			return 2
+			return o, gpustack.Target{}, usage("mkosi: %w", err)
 		}
 		if err := trustModuleCache(o.CacheDir, o.EnableGPU); err != nil {
 			fmt.Fprintf(stderr, "mkosi: module cache off (build_cache=no): %v\n", err)
 			o.BuildCache = cachedir.ModeNo
 		}
 	}
-	t, err := gpustack.LookupRelease(*distro, *release, *arch)
+	t, err := gpustack.LookupRelease(g.distro, g.release, g.arch)
 	if err != nil {
-		fmt.Fprintln(stderr, "mkosi:", err)
-		return 2
+		return o, t, usage("mkosi: %w", err)
 	}
 	t.KernelsAtBuildTime = true
-	for _, w := range gpustack.TargetWarnings(res.Options, t) {
+	for _, w := range gpustack.TargetWarnings(o, t) {
 		fmt.Fprintln(stderr, "mkosi: warning:", w)
 	}
-	// Local things first: nothing below may hide them behind a network
-	// error (fetching a repository key).
-	if layer == nil {
-		if err := CheckOutput(*out, *force); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 2
-		}
-	}
+	return o, t, nil
+}
+
+// checkLocal settles the binary the tree runs and checks the files the
+// settings name on this host, every problem at once.
+func (g *generate) checkLocal(o settings.Options) error {
 	binFrom := "--podvm-bin"
-	if *bin == "" {
-		*bin, binFrom = os.Getenv("PODVM_BIN"), "PODVM_BIN"
+	if g.bin == "" {
+		g.bin, binFrom = os.Getenv("PODVM_BIN"), "PODVM_BIN"
 	}
-	if *bin == "" {
+	if g.bin == "" {
 		// This very program: it exists, but mkosi may not read its path.
-		if *bin, err = os.Executable(); err != nil {
-			fmt.Fprintln(stderr, "mkosi: locate this binary (pass --podvm-bin):", err)
-			return 1
+		var err error
+		if g.bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("mkosi: locate this binary (pass --podvm-bin): %w", err)
 		}
 		binFrom = "this binary's path"
 	}
-	if err := checkBin(*bin); err != nil {
-		fmt.Fprintf(stderr, "mkosi: %s %v\n", binFrom, err)
-		return 2
+	if err := checkBin(g.bin); err != nil {
+		return usage("mkosi: %s %v", binFrom, err)
 	}
-	if errs := checkHostPaths(res.Options); len(errs) > 0 {
-		for _, e := range errs {
-			fmt.Fprintln(stderr, "mkosi:", e)
+	errs := checkHostPaths(o)
+	if len(errs) == 0 {
+		errs = bake.CheckInputs(o, time.Now())
+	}
+	if len(errs) > 0 {
+		for i, e := range errs {
+			errs[i] = fmt.Errorf("mkosi: %w", e)
 		}
-		return 2
+		return usageError{errors.Join(errs...)}
 	}
-	if errs := bake.CheckInputs(res.Options, time.Now()); len(errs) > 0 {
-		for _, e := range errs {
-			fmt.Fprintln(stderr, "mkosi:", e)
-		}
-		return 2
-	}
-	archive, security, err := mkosiMirrors(aptsource.Dir, t, aptsource.Setting{Value: *mirror, Set: fs.Changed("mirror")}, aptsource.Setting{Value: *securityMirror, Set: fs.Changed("security-mirror")}, stdout, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "mkosi:", err)
-		return 2
-	}
-	t.Mirror, t.SecurityMirror = archive, security
-	plan, err := gpustack.NewPlan(res.Options, t)
-	if err != nil {
-		fmt.Fprintln(stderr, "mkosi:", err)
-		return 1
-	}
-	agents := res.Options.PodVMBinaries
+	return nil
+}
+
+// agentTree is podvm_binaries as the tree names it: absolute, and never
+// with --into, whose tree brings its own agent stack.
+func agentTree(dir string, into bool, stdout io.Writer) (string, error) {
 	switch {
-	case agents != "" && layer != nil:
-		fmt.Fprintln(stderr, "mkosi: podvm_binaries: with --into the tree brings its own agent stack (cloud-api-adaptor's: SkeletonTrees=resources/binaries-tree); leave podvm_binaries out")
-		return 2
-	case agents != "":
-		if agents, err = filepath.Abs(agents); err != nil {
-			fmt.Fprintln(stderr, "mkosi: podvm_binaries:", err)
-			return 2
+	case dir != "" && into:
+		return "", usage("mkosi: podvm_binaries: with --into the tree brings its own agent stack (cloud-api-adaptor's: SkeletonTrees=resources/binaries-tree); leave podvm_binaries out")
+	case dir != "":
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", usage("mkosi: podvm_binaries: %w", err)
 		}
-	case layer == nil:
+		return abs, nil
+	case !into:
 		fmt.Fprintln(stdout, "mkosi: no pod VM binaries (podvm_binaries): this tree builds a GPU base image, not a pod VM; see docs/pod-vm.md")
 	}
-	files, err := Render(ctx, Config{Plan: plan, Bin: *bin, Into: layer, AgentTree: agents})
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	if layer != nil {
-		if err := WriteLayer(*into, files); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "mkosi: added the GPU layer for %s to %s (%d files, listed in %s)\n", t, *into, len(files), layerRecord)
-		fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (with the tree's own profiles: --profile PROFILE,%s); remove with: packer-plugin-podvm mkosi --into %s --remove\n", *into, Profile, Profile, *into)
-		return 0
-	}
-	if err := Write(*out, files, *force); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "mkosi: wrote %d files for %s into %s\n", len(files), t, *out)
-	if res.Options.EnableGPU {
-		fmt.Fprintf(stdout, "build with: mkosi -C %s build   (profile %s selected; --profile= builds without the GPU stack)\n", *out, Profile)
-	}
-	return 0
+	return "", nil
 }
 
 // trustModuleCache checks the module cache the tree will mount. Inside
