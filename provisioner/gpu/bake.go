@@ -52,32 +52,9 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			e.ui.Error(fmt.Sprintf("could not remove %s: %v", newDir, cerr))
 		}
 	}()
-	prep, fetch, archives, finish := downloadCommands(b, newDir)
-	if _, err := e.r.run(ctx, prep); err != nil {
-		return err
-	}
-	// The cache keeps what apt fetched before finish moves it.
-	err = e.withDebs(ctx, fetch, archives, func() error {
-		_, err := e.r.runApt(ctx, fetch)
-		return err
-	})
+	names, err := e.downloadInImage(ctx, b, newDir)
 	if err != nil {
 		return err
-	}
-	if _, err := e.r.run(ctx, finish); err != nil {
-		return err
-	}
-	// The .debs travel as the communicator's user, who cannot read what
-	// root wrote under a restrictive umask (sudo's umask, a hardened
-	// image's): the directory is made readable first. The swap sets the
-	// repository's final modes.
-	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellquote.Word(newDir)+" && cd "+shellquote.Word(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
-	if err != nil {
-		return fmt.Errorf("listing downloaded packages: %w", err)
-	}
-	names := strings.Fields(listing)
-	if len(names) == 0 {
-		return fmt.Errorf("apt downloaded no packages into %s", newDir)
 	}
 
 	// Not os.MkdirTemp: an interrupted build kills this process before
@@ -94,26 +71,10 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			return err
 		}
 	}
-	var total int64
-	var renames []string
-	for _, n := range names {
-		if strings.ContainsAny(n, "/\x00") || strings.HasPrefix(n, ".") {
-			return fmt.Errorf("unexpected file name %q in %s", n, newDir)
-		}
-		safe := poolName(n)
-		if safe != n {
-			renames = append(renames, "mv "+shellquote.Word(newDir+"/"+n)+" "+shellquote.Word(newDir+"/"+safe))
-		}
-		dst := filepath.Join(debDir, safe)
-		err := e.r.download(ctx, newDir+"/"+n, func() (io.WriteCloser, error) { return os.Create(dst) })
-		if err != nil {
-			return err
-		}
-		if fi, err := os.Stat(dst); err == nil {
-			total += fi.Size()
-		}
+	renames, err := e.copyToHost(ctx, newDir, names, debDir)
+	if err != nil {
+		return err
 	}
-	e.ui.Say(fmt.Sprintf("copied %d packages (%.1f MiB) to the build host", len(names), float64(total)/(1<<20)))
 
 	// A rerun that resolves the very same .debs keeps the signed repository
 	// as it is: re-signing with a new ephemeral key would change the key
@@ -141,9 +102,80 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := e.installAndSwap(ctx, b.Dir, newDir, oldDir, outDir, res.Files, mjson, renames); err != nil {
+		return err
+	}
+	known := ""
+	if in.Checked != nil {
+		known = fmt.Sprintf(" (%d found sound by an earlier build, not decompressed again)", res.KnownSound)
+	}
+	e.ui.Say(fmt.Sprintf("repository %s: %d packages%s, key %s", b.Dir, len(res.Packages), known, res.Fingerprint))
+	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest, bom, res.Sign)
+}
 
-	// Upload the index, keys and manifest, then fix ownership and modes
-	// and swap the directory into place.
+// downloadInImage has the image's apt resolve and download the .debs into
+// newDir, and lists them.
+func (e *executor) downloadInImage(ctx context.Context, b gpustack.BakeRepo, newDir string) ([]string, error) {
+	prep, fetch, archives, finish := downloadCommands(b, newDir)
+	if _, err := e.r.run(ctx, prep); err != nil {
+		return nil, err
+	}
+	// The cache keeps what apt fetched before finish moves it.
+	err := e.withDebs(ctx, fetch, archives, func() error {
+		_, err := e.r.runApt(ctx, fetch)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.r.run(ctx, finish); err != nil {
+		return nil, err
+	}
+	// The .debs travel as the communicator's user, who cannot read what
+	// root wrote under a restrictive umask (sudo's umask, a hardened
+	// image's): the directory is made readable first. The swap sets the
+	// repository's final modes.
+	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellquote.Word(newDir)+" && cd "+shellquote.Word(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
+	if err != nil {
+		return nil, fmt.Errorf("listing downloaded packages: %w", err)
+	}
+	names := strings.Fields(listing)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("apt downloaded no packages into %s", newDir)
+	}
+	return names, nil
+}
+
+// copyToHost copies the listed .debs from newDir into debDir on the build
+// host, under their pool names; renames are the commands that give them
+// the same names in the image.
+func (e *executor) copyToHost(ctx context.Context, newDir string, names []string, debDir string) ([]string, error) {
+	var total int64
+	var renames []string
+	for _, n := range names {
+		if strings.ContainsAny(n, "/\x00") || strings.HasPrefix(n, ".") {
+			return nil, fmt.Errorf("unexpected file name %q in %s", n, newDir)
+		}
+		safe := poolName(n)
+		if safe != n {
+			renames = append(renames, "mv "+shellquote.Word(newDir+"/"+n)+" "+shellquote.Word(newDir+"/"+safe))
+		}
+		dst := filepath.Join(debDir, safe)
+		err := e.r.download(ctx, newDir+"/"+n, func() (io.WriteCloser, error) { return os.Create(dst) })
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(dst); err == nil {
+			total += fi.Size()
+		}
+	}
+	e.ui.Say(fmt.Sprintf("copied %d packages (%.1f MiB) to the build host", len(names), float64(total)/(1<<20)))
+	return renames, nil
+}
+
+// installAndSwap uploads the index, keys and manifest into newDir, fixes
+// ownership and modes, and swaps the directory into place as dir.
+func (e *executor) installAndSwap(ctx context.Context, dir, newDir, oldDir, outDir string, indexFiles []string, mjson []byte, renames []string) (err error) {
 	var installs []string
 	var staged []string
 	defer func() {
@@ -153,7 +185,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 			e.r.removeStaged(staged...)
 		}
 	}()
-	files := append(slices.Clone(res.Files), bake.ManifestFile)
+	files := append(slices.Clone(indexFiles), bake.ManifestFile)
 	for _, f := range files {
 		var data []byte
 		if f == bake.ManifestFile {
@@ -168,7 +200,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 		staged = append(staged, s)
 		installs = append(installs, "install -m 0644 "+shellquote.Word(s)+" "+shellquote.Word(newDir+"/"+f))
 	}
-	swap, err := swapCommand(newDir, oldDir, b.Dir, append(renames, installs...), staged)
+	swap, err := swapCommand(newDir, oldDir, dir, append(renames, installs...), staged)
 	if err != nil {
 		return err
 	}
@@ -180,12 +212,7 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 	if err := sres.check(swap); err != nil {
 		return err
 	}
-	known := ""
-	if in.Checked != nil {
-		known = fmt.Sprintf(" (%d found sound by an earlier build, not decompressed again)", res.KnownSound)
-	}
-	e.ui.Say(fmt.Sprintf("repository %s: %d packages%s, key %s", b.Dir, len(res.Packages), known, res.Fingerprint))
-	return e.publish(ctx, b, res.Keyring, res.ArmoredKey, manifest, bom, res.Sign)
+	return nil
 }
 
 // swapCommand prepares newDir (extra commands first, then ownership and
