@@ -415,25 +415,8 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if json.Unmarshal([]byte(mjson), &old) != nil || old.Repo == nil || old.Repo.Fingerprint == "" {
 		return false, nil
 	}
-	have := map[string]string{}
-	for _, p := range old.Repo.Packages {
-		have[p.Filename] = p.SHA256
-	}
-	entries, err := os.ReadDir(debDir)
-	if err != nil {
+	if same, err := sameDebs(old.Repo.Packages, debDir); err != nil || !same {
 		return false, err
-	}
-	if len(entries) != len(have) {
-		return false, nil
-	}
-	for _, ent := range entries {
-		sum, err := fileSHA256(filepath.Join(debDir, ent.Name()))
-		if err != nil {
-			return false, err
-		}
-		if have[ent.Name()] != sum {
-			return false, nil
-		}
 	}
 	date := e.plan.Timestamp
 	if b.SigningKey != "" {
@@ -491,12 +474,38 @@ func (e *executor) keepUnchanged(ctx context.Context, b gpustack.BakeRepo, debDi
 	if err := e.writeFile(ctx, b.Dir+"/"+bake.ManifestFile, data, 0o644, "root:root"); err != nil {
 		return false, err
 	}
-	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(have), old.Repo.Fingerprint))
+	e.ui.Say(fmt.Sprintf("repository %s unchanged (same %d packages): kept as signed, key %s", b.Dir, len(old.Repo.Packages), old.Repo.Fingerprint))
 	if sign == nil {
 		e.ui.Say("the ephemeral key that signed it is gone: " + bake.ManifestFile + " and " + sbom.File + " are written unsigned this time")
 	}
 	if err := e.publish(ctx, b, keyring, []byte(armored), manifest, bom, sign); err != nil {
 		return false, err
+	}
+	return true, nil
+}
+
+// sameDebs reports whether debDir holds exactly the packages of an old
+// manifest, by file name and SHA-256.
+func sameDebs(pkgs []bake.Package, debDir string) (bool, error) {
+	have := map[string]string{}
+	for _, p := range pkgs {
+		have[p.Filename] = p.SHA256
+	}
+	entries, err := os.ReadDir(debDir)
+	if err != nil {
+		return false, err
+	}
+	if len(entries) != len(have) {
+		return false, nil
+	}
+	for _, ent := range entries {
+		sum, err := fileSHA256(filepath.Join(debDir, ent.Name()))
+		if err != nil {
+			return false, err
+		}
+		if have[ent.Name()] != sum {
+			return false, nil
+		}
 	}
 	return true, nil
 }
