@@ -165,130 +165,172 @@ const (
 // then control.tar[.gz|.xz|.zst], then data.tar*; members named "_..." are
 // reserved for local use and skipped, as are members after data.tar.
 func parseAr(br *bufio.Reader, verifyData bool) (Paragraph, error) {
-	var magic [len(arMagic)]byte
-	if _, err := io.ReadFull(br, magic[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: too short for an ar archive", ErrNotDeb)
-		}
+	if err := readArMagic(br); err != nil {
 		return nil, err
 	}
-	if string(magic[:]) != arMagic {
-		return nil, fmt.Errorf("%w: no ar archive signature", ErrNotDeb)
-	}
-
-	var (
-		control  Paragraph
-		sawData  bool
-		hdr      [arHeaderSize]byte
-		index    int
-		previous string
-	)
+	w := debWalk{verifyData: verifyData}
+	var previous string
+	index := 0
 	for ; ; index++ {
-		n, err := io.ReadFull(br, hdr[:])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			// A lone newline is the padding of an odd-sized last member.
-			if n == 1 && hdr[0] == '\n' {
-				break
-			}
-			return nil, fmt.Errorf("%w: partial ar member header after %s", ErrTruncated, previous)
-		}
+		name, size, end, err := readArMember(br, index, previous)
 		if err != nil {
 			return nil, err
 		}
-		name, size, err := parseArHeader(hdr[:])
-		if err != nil {
-			if index == 0 {
-				return nil, fmt.Errorf("%w: %v", ErrNotDeb, err)
-			}
-			return nil, fmt.Errorf("ar member %d: %w", index+1, err)
+		if end {
+			break
 		}
 		previous = name
 		body := &memberReader{r: br, n: size}
-
-		switch {
-		case index == 0:
-			if name != "debian-binary" {
-				return nil, fmt.Errorf("%w: first member is %q, not debian-binary", ErrNotDeb, name)
-			}
-			if size > maxDebianBinary {
-				return nil, fmt.Errorf("%w: debian-binary member of %d bytes", ErrNotDeb, size)
-			}
-			b, err := io.ReadAll(body)
-			if body.truncated {
-				return nil, fmt.Errorf("%w: in debian-binary", ErrTruncated)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if !strings.HasPrefix(string(b), "2.") {
-				return nil, fmt.Errorf("unsupported .deb format version %q", strings.TrimSpace(string(b)))
-			}
-		case strings.HasPrefix(name, "_"), sawData:
-			// Reserved for local use, or after data.tar: ignored by dpkg too.
-		case strings.HasPrefix(name, "control.tar"):
-			if control != nil {
-				return nil, fmt.Errorf("second control member %q", name)
-			}
-			if size > maxControlMember {
-				return nil, fmt.Errorf("control member %s is %d bytes, more than the %d allowed", name, size, maxControlMember)
-			}
-			control, err = readControlMember(name, body, size)
-			if err != nil {
-				// Decompressors report a short input in their own words;
-				// what matters is that the file ended inside the member.
-				if body.truncated {
-					return nil, fmt.Errorf("%w: in %s", ErrTruncated, name)
-				}
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-		case strings.HasPrefix(name, "data.tar"):
-			if control == nil {
-				return nil, fmt.Errorf("%s comes before the control member", name)
-			}
-			sawData = true
-			if !verifyData {
-				break
-			}
-			// apt checks only the whole file's digest, which a corrupt
-			// member passes: dpkg would fail at install time, on the node.
-			if err := verifyDataMember(name, body); err != nil {
-				if body.truncated {
-					return nil, fmt.Errorf("%w: in %s", ErrTruncated, name)
-				}
-				return nil, fmt.Errorf("%s is corrupt: %w", name, err)
-			}
-		default:
-			return nil, fmt.Errorf("unexpected ar member %q", name)
-		}
-
-		// Skip what the member's reader left, and the padding to an even
-		// offset. Skipped bytes are still hashed on their way through.
-		if err := discard(br, body.n); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("%w: in %s (%d of %d bytes missing)", ErrTruncated, name, body.n, size)
-			}
+		if err := w.member(index, name, size, body); err != nil {
 			return nil, err
 		}
-		if size%2 == 1 {
-			if b, err := br.ReadByte(); err == nil && b != '\n' {
-				return nil, fmt.Errorf("bad padding after %s", name)
-			} else if err != nil && !errors.Is(err, io.EOF) {
-				return nil, err
-			}
+		if err := skipRest(br, body, name, size); err != nil {
+			return nil, err
 		}
 	}
 	switch {
 	case index == 0:
 		return nil, fmt.Errorf("%w: empty ar archive", ErrNotDeb)
-	case control == nil:
+	case w.control == nil:
 		return nil, fmt.Errorf("%w: no control member", ErrTruncated)
-	case !sawData:
+	case !w.sawData:
 		return nil, fmt.Errorf("%w: no data member", ErrTruncated)
 	}
-	return control, nil
+	return w.control, nil
+}
+
+func readArMagic(br *bufio.Reader) error {
+	var magic [len(arMagic)]byte
+	if _, err := io.ReadFull(br, magic[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: too short for an ar archive", ErrNotDeb)
+		}
+		return err
+	}
+	if string(magic[:]) != arMagic {
+		return fmt.Errorf("%w: no ar archive signature", ErrNotDeb)
+	}
+	return nil
+}
+
+// readArMember reads the header of member index (0-based), after the one
+// named previous; end is true at the end of the archive.
+func readArMember(br *bufio.Reader, index int, previous string) (name string, size int64, end bool, err error) {
+	var hdr [arHeaderSize]byte
+	n, err := io.ReadFull(br, hdr[:])
+	if errors.Is(err, io.EOF) {
+		return "", 0, true, nil
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		// A lone newline is the padding of an odd-sized last member.
+		if n == 1 && hdr[0] == '\n' {
+			return "", 0, true, nil
+		}
+		return "", 0, false, fmt.Errorf("%w: partial ar member header after %s", ErrTruncated, previous)
+	}
+	if err != nil {
+		return "", 0, false, err
+	}
+	name, size, err = parseArHeader(hdr[:])
+	if err != nil {
+		if index == 0 {
+			return "", 0, false, fmt.Errorf("%w: %v", ErrNotDeb, err)
+		}
+		return "", 0, false, fmt.Errorf("ar member %d: %w", index+1, err)
+	}
+	return name, size, false, nil
+}
+
+// debWalk is what parseAr has seen of a .deb's members so far.
+type debWalk struct {
+	verifyData bool
+	control    Paragraph
+	sawData    bool
+}
+
+// member reads member index, as far as it needs to.
+func (w *debWalk) member(index int, name string, size int64, body *memberReader) error {
+	switch {
+	case index == 0:
+		return readDebianBinary(name, size, body)
+	case strings.HasPrefix(name, "_"), w.sawData:
+		// Reserved for local use, or after data.tar: ignored by dpkg too.
+	case strings.HasPrefix(name, "control.tar"):
+		if w.control != nil {
+			return fmt.Errorf("second control member %q", name)
+		}
+		if size > maxControlMember {
+			return fmt.Errorf("control member %s is %d bytes, more than the %d allowed", name, size, maxControlMember)
+		}
+		control, err := readControlMember(name, body, size)
+		if err != nil {
+			// Decompressors report a short input in their own words;
+			// what matters is that the file ended inside the member.
+			if body.truncated {
+				return fmt.Errorf("%w: in %s", ErrTruncated, name)
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		w.control = control
+	case strings.HasPrefix(name, "data.tar"):
+		if w.control == nil {
+			return fmt.Errorf("%s comes before the control member", name)
+		}
+		w.sawData = true
+		if !w.verifyData {
+			return nil
+		}
+		// apt checks only the whole file's digest, which a corrupt
+		// member passes: dpkg would fail at install time, on the node.
+		if err := verifyDataMember(name, body); err != nil {
+			if body.truncated {
+				return fmt.Errorf("%w: in %s", ErrTruncated, name)
+			}
+			return fmt.Errorf("%s is corrupt: %w", name, err)
+		}
+	default:
+		return fmt.Errorf("unexpected ar member %q", name)
+	}
+	return nil
+}
+
+func readDebianBinary(name string, size int64, body *memberReader) error {
+	if name != "debian-binary" {
+		return fmt.Errorf("%w: first member is %q, not debian-binary", ErrNotDeb, name)
+	}
+	if size > maxDebianBinary {
+		return fmt.Errorf("%w: debian-binary member of %d bytes", ErrNotDeb, size)
+	}
+	b, err := io.ReadAll(body)
+	if body.truncated {
+		return fmt.Errorf("%w: in debian-binary", ErrTruncated)
+	}
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(string(b), "2.") {
+		return fmt.Errorf("unsupported .deb format version %q", strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// skipRest skips what the member's reader left, and the padding to an even
+// offset. Skipped bytes are still hashed on their way through.
+func skipRest(br *bufio.Reader, body *memberReader, name string, size int64) error {
+	if err := discard(br, body.n); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: in %s (%d of %d bytes missing)", ErrTruncated, name, body.n, size)
+		}
+		return err
+	}
+	if size%2 == 1 {
+		if b, err := br.ReadByte(); err == nil && b != '\n' {
+			return fmt.Errorf("bad padding after %s", name)
+		} else if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseArHeader returns the member name and size of a common-format ar
