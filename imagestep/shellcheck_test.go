@@ -17,6 +17,8 @@ func TestCommandsShellcheck(t *testing.T) {
 		"list sources":              ListSourcesCommand,
 		"installed":                 InstalledCommand([]string{"dpkg", "apt"}),
 		"exists":                    ExistsCommand("/etc/it's here"),
+		"download, full closure":    DownloadCommands(gpustack.BakeRepo{Packages: []string{"linux-headers-6.1.0-1-amd64"}, Closure: true}, "/opt/r.podvm-new", "apt-get -q").Script(),
+		"download, named only":      DownloadCommands(gpustack.BakeRepo{Packages: []string{"linux-headers-6.1.0-1-amd64"}}, "/opt/r.podvm-new", "apt-get -q").Script(),
 	} {
 		shellcheck.Check(t, name, "#!/bin/sh\n"+cmd+"\n")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
@@ -171,7 +172,16 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 		return err
 	}
 	t := chrootTarget{stdout: r.stdout, stderr: r.stderr, secrets: r.secrets}
-	if err := t.run(ctx, nil, nil, "sh", "-c", downloadScript(a.Closure), "podvm-download", repo, " "+strings.Join(a.Packages, " ")); err != nil {
+	d := imagestep.DownloadCommands(a, repo, sandboxAptGet)
+	closure := ""
+	if a.Closure {
+		closure = " with their dependency closure"
+	}
+	fmt.Fprintf(r.stdout, "  downloading %s%s\n", strings.Join(a.Packages, " "), closure)
+	if err := t.run(ctx, nil, nil, "sh", "-c", d.Script()); err != nil {
+		return fmt.Errorf("downloading the repository's packages: %w", err)
+	}
+	if err := bake.ToPoolNames(repo); err != nil {
 		return fmt.Errorf("downloading the repository's packages: %w", err)
 	}
 	idx, err := Bake{Root: r.root, Spec: r.spec, SrcDir: r.srcdir, Kernels: r.kernels, ArtifactsDir: r.artifacts}.Run(ctx)
@@ -182,16 +192,9 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 	return nil
 }
 
-// downloadScript fetches the packages (its second argument, a word list
-// after a blank) into the directory (its first) with the sandbox's apt;
-// closure: with their dependency closure.
-func downloadScript(closure bool) string {
-	script := downloadOnly
-	if closure {
-		script = downloadClosure
-	}
-	return "set -eu\nrepo=$1 pkgs=$2\n" + script
-}
+// sandboxAptGet is the sandbox's apt-get, which mkosi configured to act on
+// the image.
+const sandboxAptGet = "apt-get -q"
 
 // withoutSecrets is env without the named variables.
 func withoutSecrets(env, secrets []string) []string {

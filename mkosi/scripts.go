@@ -12,30 +12,6 @@ import _ "embed"
 //go:embed scripts/prelude.sh
 var prelude string
 
-// downloadClosure fetches the packages and their whole dependency closure,
-// resolved against an empty dpkg status as a consumer that has nothing
-// installed would resolve it.
-//
-//go:embed scripts/download-closure.sh
-var downloadClosureText string
-
-var downloadClosure = downloadClosureText + debNames
-
-// debNames renames apt's downloads to the archive's own names: apt writes
-// an epoch as "%3a" into the file name, which the repository indexer
-// refuses and the pool never has (libattr1_1%3a2.5.2-3_amd64.deb is
-// libattr1_2.5.2-3_amd64.deb there).
-//
-//go:embed scripts/deb-names.sh
-var debNames string
-
-// downloadOnly fetches the packages alone.
-//
-//go:embed scripts/download-only.sh
-var downloadOnlyText string
-
-var downloadOnly = downloadOnlyText + debNames
-
 // noPrivateKeys fails the build on private key material of any kind in
 // any file of the image (packer-plugin-podvm mkosi check-keys: PEM, OpenSSH,
 // OpenPGP, DER; files a package shipped unchanged aside). The repository's

@@ -2,7 +2,6 @@ package mkosi
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,12 +71,6 @@ func TestTreesShellcheck(t *testing.T) {
 				shellcheck.Check(t, name+": "+f.Path, string(f.Data))
 			}
 		}
-	}
-	// run-steps runs the repository's download itself.
-	for _, closure := range []bool{false, true} {
-		script := downloadScript(closure)
-		shellcheck.Check(t, fmt.Sprintf("run-steps download (closure %v)", closure), script)
-		rendered.WriteString(script)
 	}
 	fragments, _ := filepath.Glob(filepath.Join("scripts", "*.sh"))
 	if len(fragments) == 0 {

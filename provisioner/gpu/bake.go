@@ -17,6 +17,7 @@ import (
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/dpkgstatus"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
+	"github.com/podvm-gpu/packer-plugin-podvm/imagestep"
 	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 	"github.com/podvm-gpu/packer-plugin-podvm/repokey"
 	"github.com/podvm-gpu/packer-plugin-podvm/sbom"
@@ -116,26 +117,24 @@ func (e *executor) bake(ctx context.Context, b gpustack.BakeRepo) (err error) {
 // downloadInImage has the image's apt resolve and download the .debs into
 // newDir, and lists them.
 func (e *executor) downloadInImage(ctx context.Context, b gpustack.BakeRepo, newDir string) ([]string, error) {
-	prep, fetch, archives, finish := downloadCommands(b, newDir)
-	if _, err := e.r.run(ctx, prep); err != nil {
+	d := imagestep.DownloadCommands(b, newDir, aptPrefix)
+	if _, err := e.r.run(ctx, d.Prep); err != nil {
 		return nil, err
 	}
-	// The cache keeps what apt fetched before finish moves it.
-	err := e.withDebs(ctx, fetch, archives, func() error {
-		_, err := e.r.runApt(ctx, fetch)
+	// The cache keeps what apt fetched before Finish moves it.
+	err := e.withDebs(ctx, d.Fetch, d.Archives, func() error {
+		_, err := e.r.runApt(ctx, d.Fetch)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.r.run(ctx, finish); err != nil {
+	// Finish makes the .debs readable for their copy; the swap sets the
+	// repository's final modes.
+	if _, err := e.r.run(ctx, d.Finish); err != nil {
 		return nil, err
 	}
-	// The .debs travel as the communicator's user, who cannot read what
-	// root wrote under a restrictive umask (sudo's umask, a hardened
-	// image's): the directory is made readable first. The swap sets the
-	// repository's final modes.
-	listing, err := e.r.query(ctx, "chmod -R u=rwX,go=rX "+shellquote.Word(newDir)+" && cd "+shellquote.Word(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
+	listing, err := e.r.query(ctx, "cd "+shellquote.Word(newDir)+` && for f in *.deb; do [ -f "$f" ] && echo "$f"; done; true`)
 	if err != nil {
 		return nil, fmt.Errorf("listing downloaded packages: %w", err)
 	}
@@ -156,7 +155,7 @@ func (e *executor) copyToHost(ctx context.Context, newDir string, names []string
 		if strings.ContainsAny(n, "/\x00") || strings.HasPrefix(n, ".") {
 			return nil, fmt.Errorf("unexpected file name %q in %s", n, newDir)
 		}
-		safe := poolName(n)
+		safe := bake.PoolName(n)
 		if safe != n {
 			renames = append(renames, "mv "+shellquote.Word(newDir+"/"+n)+" "+shellquote.Word(newDir+"/"+safe))
 		}
@@ -314,43 +313,6 @@ func (e *executor) readModuleCert(ctx context.Context) ([]byte, error) {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
-
-// poolName is the archive's own file name for a .deb apt saved: apt writes
-// an epoch's colon as %3a ("libattr1_1%3a2.5.2-3_amd64.deb"), the Debian
-// pool leaves the epoch out ("libattr1_2.5.2-3_amd64.deb"). The pool name
-// needs no quoting in Packages or in URLs.
-func poolName(n string) string {
-	name, rest, ok := strings.Cut(n, "_")
-	if !ok {
-		return n
-	}
-	if epoch, version, ok := strings.Cut(rest, "%3a"); ok && epoch != "" && strings.Trim(epoch, "0123456789") == "" {
-		return name + "_" + version
-	}
-	return n
-}
-
-// downloadCommands are the commands that fill newDir with the .debs:
-// prep makes it, fetch downloads into archives (a directory in the
-// image), finish moves the files into place. With the full closure, apt-get
-// install --download-only resolves against an empty dpkg status: apt's own
-// resolver picks exactly what a consumer with nothing installed needs,
-// alternatives and virtual packages included, which no hand-walk of
-// apt-cache depends gets right. Recommends are left out: a consumer
-// installing headers does not need them. The package caches are disabled
-// so the image's apt state is not touched.
-func downloadCommands(b gpustack.BakeRepo, newDir string) (prep, fetch, archives, finish string) {
-	n := shellquote.Word(newDir)
-	t := shellquote.Word(newDir + "/.apt")
-	apt := `-o Dir::State::status=` + t + `/status -o Dir::Cache::archives=` + t + `/archives -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root`
-	prep = "rm -rf " + n + " && mkdir -p " + t + "/archives/partial && : > " + t + "/status"
-	if b.Closure {
-		fetch = aptPrefix + " " + apt + " -o APT::Install-Recommends=false --download-only install " + shellquote.JoinWords(b.Packages...)
-		return prep, fetch, newDir + "/.apt/archives", "mv " + t + "/archives/*.deb " + n + "/ && rm -rf " + t
-	}
-	fetch = "cd " + n + " && " + aptPrefix + ` -o APT::Sandbox::User=root download ` + shellquote.JoinWords(b.Packages...)
-	return prep, fetch, newDir, "rm -rf " + t
-}
 
 // manifest is the manifest and the SBOM of the image as it is now: the
 // bake reads the image's dpkg status and the module signing certificate,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +26,9 @@ func TestDebsReadableBeforeDownload(t *testing.T) {
 	}
 	const dir = "/opt/local-packages.podvm-new"
 	readable, downloads := -1, 0
+	chmod := regexp.MustCompile(`chmod -R u=rwX,go=rX ` + regexp.QuoteMeta(dir) + `(['\s]|$)`)
 	for i, l := range comm.log {
-		if strings.HasPrefix(l, "run: ") && strings.Contains(l, "chmod -R u=rwX,go=rX "+dir+" ") {
+		if strings.HasPrefix(l, "run: ") && chmod.MatchString(l) {
 			readable = i
 		}
 		if strings.HasPrefix(l, "download: "+dir+"/") {

@@ -87,7 +87,7 @@ func TestBakeKeepsUnchangedRepository(t *testing.T) {
 				Repo: &bake.Repo{Path: "/opt/local-packages", Fingerprint: oldFP}}
 			for name, data := range img.debs {
 				sum := sha256.Sum256(data)
-				old.Repo.Packages = append(old.Repo.Packages, bake.Package{Name: strings.Split(name, "_")[0], Filename: poolName(name), SHA256: hex.EncodeToString(sum[:])})
+				old.Repo.Packages = append(old.Repo.Packages, bake.Package{Name: strings.Split(name, "_")[0], Filename: bake.PoolName(name), SHA256: hex.EncodeToString(sum[:])})
 			}
 			tt.tamper(&old)
 			mjson, _ := json.Marshal(old)

@@ -203,16 +203,3 @@ type (
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
-func TestPoolName(t *testing.T) {
-	for in, want := range map[string]string{
-		"libattr1_1%3a2.5.2-3_amd64.deb": "libattr1_2.5.2-3_amd64.deb",
-		"libbpf1_1%3a1.5.0-3_amd64.deb":  "libbpf1_1.5.0-3_amd64.deb",
-		"gcc-14_14.2.0-19_amd64.deb":     "gcc-14_14.2.0-19_amd64.deb",
-		"odd_x%3a1_amd64.deb":            "odd_x%3a1_amd64.deb",
-		"noversion.deb":                  "noversion.deb",
-	} {
-		if got := poolName(in); got != want {
-			t.Errorf("poolName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
