@@ -3,18 +3,20 @@ package gpustack
 import (
 	"fmt"
 	"strings"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 // LookupRelease returns the target facts of a supported release named by
 // its version ("13", "24.04") or codename ("trixie", "noble"), for back
 // ends that render before any image exists (the mkosi generator).
-func LookupRelease(distro, rel, arch string) (Target, error) {
-	for _, r := range releases {
-		if r.distro == distro && (r.version == rel || r.codename == rel) {
-			return Target{Distro: r.distro, Version: r.version, Codename: r.codename, Arch: arch}, nil
+func LookupRelease(id, rel, arch string) (Target, error) {
+	if r, ok := distro.Lookup(id, rel); ok {
+		if _, ok := releases[r.ID+"-"+r.Version]; ok {
+			return Target{Distro: r.ID, Version: r.Version, Codename: r.Codename, Arch: arch}, nil
 		}
 	}
-	return Target{}, fmt.Errorf("unsupported release %s %s; supported: %s", distro, rel, supported())
+	return Target{}, fmt.Errorf("unsupported release %s %s; supported: %s", id, rel, supported())
 }
 
 // ArchiveSources lists the distro's own archive for the target, signed by
@@ -33,14 +35,14 @@ func ArchiveSources(t Target, mirror, securityMirror string) ([]AptSource, error
 		return nil, fmt.Errorf("unsupported target %s %s; supported: %s", t.Distro, t.Version, supported())
 	}
 	if mirror == "" {
-		return nil, fmt.Errorf("mirror: required for %s: give the URL of a %s archive mirror that carries %s (no default archive is built in)", t, r.distro, r.codename)
+		return nil, fmt.Errorf("mirror: required for %s: give the URL of a %s archive mirror that carries %s (no default archive is built in)", t, r.ID, r.Codename)
 	}
-	kr := r.family.archiveKeyring()
+	kr := r.ArchiveKeyring()
 	srcs := []AptSource{
-		{Name: r.distro, URI: strings.TrimSuffix(mirror, "/"), Suites: []string{r.codename, r.codename + "-updates"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}},
+		{Name: r.ID, URI: strings.TrimSuffix(mirror, "/"), Suites: r.Suites(), Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}},
 	}
 	if securityMirror != "" {
-		srcs = append(srcs, AptSource{Name: r.distro + "-security", URI: strings.TrimSuffix(securityMirror, "/"), Suites: []string{r.codename + "-security"}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}})
+		srcs = append(srcs, AptSource{Name: r.ID + "-security", URI: strings.TrimSuffix(securityMirror, "/"), Suites: []string{r.SecuritySuite()}, Components: []string{"main"}, Keyring: kr, Key: Key{InImage: true}})
 	}
 	return srcs, nil
 }

@@ -13,9 +13,9 @@ import (
 
 // release is what the plan knows about one distro release.
 type release struct {
-	distro, version, codename string
-	family                    family
-	defaultBranch             string
+	distro.Release
+	family        family
+	defaultBranch string
 	// cudaDir names the release in NVIDIA's CUDA repository paths.
 	cudaDir string
 	// cudaKey is the signing key file in that repository and its fingerprint.
@@ -32,13 +32,10 @@ type release struct {
 	autoProprietary string
 }
 
-func (r release) name() string { return r.distro + " " + r.version }
-
 // family holds the package knowledge of a distro family. Implementations
 // live in one file each (debian.go, ubuntu.go).
 type family interface {
 	archiveComponents() []string
-	archiveKeyring() string
 	headers(kernel string) string
 	// kernelMeta names the packages that track the newest kernel image and
 	// its headers, for images whose kernels are not known yet.
@@ -72,10 +69,17 @@ type family interface {
 // releases is keyed by "<distro>-<version>"; the family files fill it.
 var releases = map[string]release{}
 
+// known is the distro's record of a release the plan has GPU facts for;
+// the two tables must agree (TestReleasesKnown).
+func known(id, version string) distro.Release {
+	r, _ := distro.Lookup(id, version)
+	return r
+}
+
 func supported() string {
 	var names []string
 	for _, r := range releases {
-		names = append(names, r.name())
+		names = append(names, r.Name())
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
@@ -173,7 +177,7 @@ func NewPlan(o settings.Options, t Target) (*Plan, error) {
 		} else {
 			p.Driver = d
 			if o.KernelModules == settings.ModulesAuto && d.Source == settings.SourceDistro && r.autoProprietary != "" {
-				p.Notes = append(p.Notes, "nvidia_kernel_modules=auto picks proprietary on "+r.name()+": "+r.autoProprietary)
+				p.Notes = append(p.Notes, "nvidia_kernel_modules=auto picks proprietary on "+r.Name()+": "+r.autoProprietary)
 			}
 			if err := gpuSteps(p, o, r, f); err != nil {
 				errs = append(errs, err)
@@ -333,7 +337,7 @@ func resolveDriver(o settings.Options, r release) (Driver, error) {
 	switch o.KernelModules {
 	case settings.ModulesOpen:
 		if !open {
-			return d, fmt.Errorf("nvidia_kernel_modules=open: branch %s on %s has no open kernel modules (open modules start at 515); allowed: proprietary", d.Branch, r.name())
+			return d, fmt.Errorf("nvidia_kernel_modules=open: branch %s on %s has no open kernel modules (open modules start at 515); allowed: proprietary", d.Branch, r.Name())
 		}
 		d.Flavour = settings.ModulesOpen
 	case settings.ModulesProprietary:
@@ -345,7 +349,7 @@ func resolveDriver(o settings.Options, r release) (Driver, error) {
 		}
 	}
 	if o.ConfidentialCompute && d.Flavour != settings.ModulesOpen {
-		return d, fmt.Errorf("nvidia_confidential_compute=yes: needs open kernel modules, which branch %s on %s does not ship", d.Branch, r.name())
+		return d, fmt.Errorf("nvidia_confidential_compute=yes: needs open kernel modules, which branch %s on %s does not ship", d.Branch, r.Name())
 	}
 	if branchNum < 450 {
 		return d, fmt.Errorf("nvidia_driver_version=%s: branch %s is too old; allowed: 450 or newer", o.DriverVersion, d.Branch)

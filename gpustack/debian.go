@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
@@ -14,9 +13,9 @@ import (
 type debian struct{}
 
 func init() {
-	releases["debian-12"] = release{distro: "debian", version: "12", codename: "bookworm", family: debian{},
+	releases["debian-12"] = release{Release: known("debian", "12"), family: debian{},
 		defaultBranch: "535", cudaDir: "debian12", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
-	releases["debian-13"] = release{distro: "debian", version: "13", codename: "trixie", family: debian{},
+	releases["debian-13"] = release{Release: known("debian", "13"), family: debian{},
 		defaultBranch: "550", cudaDir: "debian13", cudaKey: "8793F200.pub", cudaFingerprint: "02182E60104FCDC26EAE1B8597A5D4CB8793F200",
 		autoProprietary: "nvidia-open-kernel-dkms 550.163.01 fails to build against 6.12.117 and later (pci_resize_resource changed)"}
 }
@@ -24,8 +23,6 @@ func init() {
 func (debian) archiveComponents() []string {
 	return []string{"contrib", "non-free", "non-free-firmware"}
 }
-
-func (debian) archiveKeyring() string { return distro.DebianArchiveKeyring }
 
 func (debian) headers(k string) string { return "linux-headers-" + k }
 
@@ -52,7 +49,7 @@ func (debian) driver(r release, d Driver, kernels []string) ([]string, bool, err
 	}
 	if d.Branch != r.defaultBranch {
 		return nil, false, fmt.Errorf("nvidia_driver_version=%s: %s's archive ships driver branch %s only; allowed: %s or an exact %s.x version, or nvidia_driver_source=cuda-repo for other branches",
-			orBranch(d), r.name(), r.defaultBranch, r.defaultBranch, r.defaultBranch)
+			orBranch(d), r.Name(), r.defaultBranch, r.defaultBranch, r.defaultBranch)
 	}
 	// Headless compute stack: no X driver, which nvidia-driver would pull.
 	dkms := "nvidia-kernel-dkms"

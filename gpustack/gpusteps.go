@@ -95,8 +95,8 @@ func (g *gpuPlan) packages() error {
 // single apt-get update sees all of them.
 func (g *gpuPlan) sources() {
 	p, o, r, f, d := g.p, g.o, g.r, g.f, g.d
-	p.add("apt-components", "Enabling "+strings.Join(f.archiveComponents(), ", ")+" in the image's "+r.distro+" archive",
-		AptComponents{Components: f.archiveComponents(), Keyring: f.archiveKeyring()})
+	p.add("apt-components", "Enabling "+strings.Join(f.archiveComponents(), ", ")+" in the image's "+r.ID+" archive",
+		AptComponents{Components: f.archiveComponents(), Keyring: r.ArchiveKeyring()})
 	if d.Source == settings.SourceCUDARepo {
 		url := o.CUDARepoURL
 		if url == "" {

@@ -3,6 +3,8 @@ package gpustack
 import (
 	"strings"
 	"testing"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 )
 
 func TestPlanErrors(t *testing.T) {
@@ -68,5 +70,20 @@ func TestParseOSRelease(t *testing.T) {
 	}
 	if _, err := ParseOSRelease("NAME=x\n"); err == nil {
 		t.Error("want an error without ID")
+	}
+}
+
+// TestReleasesKnown: every release the plan has GPU facts for is one of
+// package distro's, and every one of those has GPU facts.
+func TestReleasesKnown(t *testing.T) {
+	for key, r := range releases {
+		if r.ID == "" || key != r.ID+"-"+r.Version {
+			t.Errorf("releases[%q] is not a release of package distro: %+v", key, r.Release)
+		}
+	}
+	for _, r := range distro.Releases {
+		if _, ok := releases[r.ID+"-"+r.Version]; !ok {
+			t.Errorf("%s: no GPU facts", r.Name())
+		}
 	}
 }

@@ -1,10 +1,9 @@
 package gpustack
 
 import (
-	"bufio"
 	"fmt"
-	"strings"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 )
 
@@ -38,32 +37,15 @@ func (t Target) String() string {
 
 // ParseOSRelease reads the fields of an os-release file into t.
 func ParseOSRelease(text string) (Target, error) {
-	var t Target
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok || strings.HasPrefix(k, "#") {
-			continue
-		}
-		v = strings.Trim(v, `"'`)
-		switch k {
-		case "ID":
-			t.Distro = v
-		case "VERSION_ID":
-			t.Version = v
-		case "VERSION_CODENAME":
-			t.Codename = v
-		}
-	}
+	o := distro.ParseOSRelease(text)
+	t := Target{Distro: o.ID, Version: o.VersionID, Codename: o.Codename}
 	if t.Distro == "" {
 		return t, fmt.Errorf("os-release: no ID field")
 	}
 	// Debian testing/sid have no VERSION_ID; the codename still identifies it.
-	if t.Version == "" {
-		for v, r := range releases {
-			if r.distro == t.Distro && r.codename == t.Codename {
-				t.Version = v[len(t.Distro)+1:]
-			}
+	if t.Version == "" && t.Codename != "" {
+		if r, ok := distro.Lookup(t.Distro, t.Codename); ok {
+			t.Version = r.Version
 		}
 	}
 	return t, nil

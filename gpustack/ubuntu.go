@@ -2,10 +2,9 @@ package gpustack
 
 import (
 	"fmt"
-
-	"github.com/podvm-gpu/packer-plugin-podvm/distro"
-	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 	"strings"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/settings"
 )
 
 // Ubuntu: the "-server" driver packages from restricted (DKMS), Canonical's
@@ -14,14 +13,14 @@ import (
 type ubuntu struct{}
 
 func init() {
-	releases["ubuntu-22.04"] = release{distro: "ubuntu", version: "22.04", codename: "jammy", family: ubuntu{},
+	releases["ubuntu-22.04"] = release{Release: known("ubuntu", "22.04"), family: ubuntu{},
 		defaultBranch: "535", cudaDir: "ubuntu2204", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
-	releases["ubuntu-24.04"] = release{distro: "ubuntu", version: "24.04", codename: "noble", family: ubuntu{},
+	releases["ubuntu-24.04"] = release{Release: known("ubuntu", "24.04"), family: ubuntu{},
 		defaultBranch: "570", cudaDir: "ubuntu2404", cudaKey: "3bf863cc.pub", cudaFingerprint: "EB693B3035CD5710E231E123A4B469963BF863CC"}
 	// 595 is the branch NVIDIA's 26.04 driver containers build by default;
 	// the archive carries its -server packages and Canonical's precompiled
 	// modules (both flavours). No cudaDir: see noCUDARepo.
-	releases["ubuntu-26.04"] = release{distro: "ubuntu", version: "26.04", codename: "resolute", family: ubuntu{},
+	releases["ubuntu-26.04"] = release{Release: known("ubuntu", "26.04"), family: ubuntu{},
 		// DKMS compresses the modules it builds with zstd, as the release's
 		// kernel modules are, yet does not depend on it.
 		dkmsPackages:  []string{"zstd"},
@@ -29,8 +28,6 @@ func init() {
 }
 
 func (ubuntu) archiveComponents() []string { return []string{"restricted"} }
-
-func (ubuntu) archiveKeyring() string { return distro.UbuntuArchiveKeyring }
 
 func (ubuntu) headers(k string) string { return "linux-headers-" + k }
 
@@ -58,7 +55,7 @@ func (u ubuntu) driver(r release, d Driver, kernels []string) ([]string, bool, e
 	switch d.Source {
 	case settings.SourceCUDARepo:
 		if r.noCUDARepo != "" {
-			return nil, false, fmt.Errorf("nvidia_driver_source=cuda-repo: not supported on %s: %s; allowed there: auto, distro, precompiled", r.name(), r.noCUDARepo)
+			return nil, false, fmt.Errorf("nvidia_driver_source=cuda-repo: not supported on %s: %s; allowed there: auto, distro, precompiled", r.Name(), r.noCUDARepo)
 		}
 		if d.Flavour == settings.ModulesOpen {
 			return []string{"nvidia-driver-" + b + "-open"}, true, nil

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
+	"github.com/podvm-gpu/packer-plugin-podvm/distro"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
 	"github.com/podvm-gpu/packer-plugin-podvm/staging"
 )
@@ -237,16 +238,8 @@ func osTitle(root string) string {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
-				if s, err := strconv.Unquote(v); err == nil {
-					v = s
-				}
-				v = strings.Trim(v, `"'`)
-				if v != "" {
-					return v
-				}
-			}
+		if v := distro.ParseOSRelease(string(b)).PrettyName; v != "" {
+			return v
 		}
 	}
 	return "Linux"
