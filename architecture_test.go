@@ -27,9 +27,9 @@ func TestArchitecture(t *testing.T) {
 		// no plan, no executor and no back end.
 		{"settings", []string{"gpustack", "imagestep", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		{"gpustack", []string{"provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
-		{"aptsource", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
-		{"aptrepo", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
-		{"builder/rootfs", []string{"gpustack", "provisioner/gpu", "mkosi", "bake"}},
+		{"aptsource", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
+		{"aptrepo", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake"}},
+		{"builder/rootfs", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "bake"}},
 		{"provisioner/gpu", []string{"mkosi", "builder/rootfs"}},
 		{"mkosi", []string{"provisioner/gpu", "builder/rootfs"}},
 		{"bake", []string{"provisioner/gpu", "mkosi", "builder/rootfs"}},
@@ -39,15 +39,15 @@ func TestArchitecture(t *testing.T) {
 		// rule each (the build cache settings, the image's kernels, the flag
 		// parser) and import
 		// no package that has options or back ends.
-		{"cachedir", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
-		{"distro", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
-		{"imagekernel", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
-		{"linetail", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
-		{"cmdflags", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
+		{"cachedir", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "modcache", "debcache"}},
+		{"distro", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
+		{"imagekernel", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "chroot"}},
+		{"linetail", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "imagestep"}},
+		{"cmdflags", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 		// The image's record: dpkg's database and the SBOM made from it
 		// know nothing of options, back ends or the repository.
-		{"dpkgstatus", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
-		{"sbom", []string{"gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
+		{"dpkgstatus", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
+		{"sbom", []string{"settings", "gpustack", "provisioner/gpu", "mkosi", "builder/rootfs", "bake", "aptrepo"}},
 	} {
 		deps := moduleDeps(t, tc.pkg, map[string]bool{})
 		for _, f := range tc.forbidden {

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The build cache settings, shared by the settings table (gpustack) and
+// The build cache settings, shared by the settings table (package settings) and
 // the podvm-rootfs builder, which may not import the GPU options: one
 // parser each, so both accept the same values with the same messages.
 const (

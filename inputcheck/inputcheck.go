@@ -1,5 +1,5 @@
 // Package inputcheck owns the checks of paths and strings that users hand
-// to the build: every String and List setting of gpustack's settings table
+// to the build: every String and List setting of package settings' table
 // and the podvm-rootfs builder's own settings pass through it.
 //
 // Those values reach systemd units, shell scripts, apt and mkosi
@@ -38,8 +38,8 @@ const (
 )
 
 // Error is a refused value: what is wrong with it and what is allowed
-// instead. Callers that name the setting themselves (gpustack's
-// ValueError) read the two parts with errors.As.
+// instead. Callers that name the setting themselves (settings.ValueError)
+// read the two parts with errors.As.
 type Error struct {
 	Problem string // what is wrong, e.g. "a system directory of the image"
 	Allowed string // what would be accepted

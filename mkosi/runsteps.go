@@ -3,8 +3,10 @@ package mkosi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
+	"github.com/podvm-gpu/packer-plugin-podvm/chroot"
 	"github.com/podvm-gpu/packer-plugin-podvm/cmdflags"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 	"github.com/podvm-gpu/packer-plugin-podvm/imagekernel"
@@ -167,9 +170,16 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 	if r.spec == "" {
 		return fmt.Errorf("the plan bakes a repository, but run-steps has no --spec")
 	}
-	repo := filepath.Join(r.root, filepath.FromSlash(a.Dir))
-	if err := os.MkdirAll(repo, 0o755); err != nil {
-		return err
+	// The download starts by emptying the directory: here, unlike the
+	// Packer path's scratch directory beside the repository, that is the
+	// repository's own place in the image, which must be the
+	// repository's alone. Links in the image resolve inside the root.
+	repo, err := chroot.ResolveIn(r.root, a.Dir)
+	if err != nil {
+		return fmt.Errorf("local_repo_path %s: %w", a.Dir, err)
+	}
+	if err := absentOrEmpty(repo); err != nil {
+		return fmt.Errorf("local_repo_path %s: %w", a.Dir, err)
 	}
 	t := chrootTarget{stdout: r.stdout, stderr: r.stderr, secrets: r.secrets}
 	d := imagestep.DownloadCommands(a, repo, sandboxAptGet)
@@ -189,6 +199,29 @@ func (r *stepRun) bake(ctx context.Context, a gpustack.BakeRepo) error {
 		return err
 	}
 	fmt.Fprintf(r.stdout, "  repo: %d packages, key %s\n", len(idx.Packages), idx.Fingerprint)
+	return nil
+}
+
+// absentOrEmpty refuses a path that holds anything: a directory the
+// image's packages or the user's tree filled would be emptied.
+func absentOrEmpty(p string) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return errors.New("in the image, and not a directory; allowed: a path of its own, such as /opt/local-packages")
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		return fmt.Errorf("a directory in the image that holds %s already, which the repository would replace; allowed: a directory of its own, such as /opt/local-packages", ents[0].Name())
+	}
 	return nil
 }
 

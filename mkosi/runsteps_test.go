@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,6 +142,70 @@ func buildRepo(t *testing.T, out string, pkgs [][2]string) {
 		t.Fatal(err)
 	}
 	if _, err := aptrepo.Build(context.Background(), aptrepo.Options{DebDir: debs, Out: out, Date: date, Signer: signer}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBakeRefusesAFilledDirectory: the mkosi path downloads into the
+// repository's own directory in the image, which it empties first; a
+// directory that holds anything, or a file, is refused before anything is
+// removed, also when a link in the image leads to it.
+func TestBakeRefusesAFilledDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fill func(t *testing.T, root string)
+		want string // "" for accepted
+	}{
+		{"absent", func(t *testing.T, root string) {}, ""},
+		{"empty", func(t *testing.T, root string) { mkdir(t, root, "opt/local-packages") }, ""},
+		{"filled by a package", func(t *testing.T, root string) {
+			mkdir(t, root, "opt/local-packages")
+			write(t, root, "opt/local-packages/vendor.conf")
+		}, "holds vendor.conf already"},
+		{"a file", func(t *testing.T, root string) { mkdir(t, root, "opt"); write(t, root, "opt/local-packages") }, "not a directory"},
+		{"through a link in the image", func(t *testing.T, root string) {
+			// /opt -> /srv in the image, not the build host's /srv.
+			mkdir(t, root, "srv/local-packages")
+			write(t, root, "srv/local-packages/keep")
+			if err := os.Symlink("/srv", filepath.Join(root, "opt")); err != nil {
+				t.Fatal(err)
+			}
+		}, "holds keep already"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			tc.fill(t, root)
+			r := &stepRun{root: root, spec: filepath.Join(t.TempDir(), "absent.json"), stdout: io.Discard, stderr: io.Discard}
+			// No mkosi sandbox here: past the check, the download fails
+			// at once (no shell on PATH), which is not what this test is
+			// about.
+			t.Setenv("PATH", t.TempDir())
+			err := r.bake(context.Background(), gpustack.BakeRepo{Dir: "/opt/local-packages", Packages: []string{"x"}})
+			switch {
+			case tc.want == "" && err != nil && strings.Contains(err.Error(), "local_repo_path"):
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+			if tc.name == "through a link in the image" {
+				if _, serr := os.Stat(filepath.Join(root, "srv/local-packages/keep")); serr != nil {
+					t.Errorf("the linked directory lost its file: %v", serr)
+				}
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, root, p string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func write(t *testing.T, root, p string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(root, p), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,7 +12,7 @@ for log in "$@"; do
 	awk -v lines="$lines" -v lane="$(basename "$log" .log)" '
 	{
 		line = $0
-		sub(/^[a-z]+\| /, "", line) # the lane prefix
+		sub(/^[a-z0-9]+\| /, "", line) # the lane prefix
 	}
 	line ~ /^=== (RUN|NAME|CONT|PAUSE) +Test[^ ]*$/ {
 		split(line, f, " "); cur = f[3]; n[cur] += 0; after = 0; next

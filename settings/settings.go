@@ -392,7 +392,7 @@ var Table = []Setting{
 		nonEmpty:   true,
 		set:        func(o *Options, v value) { o.RepoPackages = v.list }},
 	{Key: "local_repo_closure", Env: "LOCAL_REPO_CLOSURE", Kind: Enum, Default: "full", Section: "repo",
-		Allowed: []string{"full", "none"},
+		Allowed: []string{string(ClosureFull), string(ClosureNone)},
 		Help:    "full: every dependency a minimal consumer needs (resolved against an empty dpkg status); none: the named packages only.",
 		set:     func(o *Options, v value) { o.RepoClosure = Closure(v.s) }},
 	{Key: "local_repo_extra_packages", Env: "LOCAL_REPO_EXTRA_PACKAGES", Kind: List, Section: "repo",

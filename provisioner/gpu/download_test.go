@@ -50,8 +50,8 @@ func TestDownloadWithRealApt(t *testing.T) {
 		`Debug::NoLocking "1";`,
 	}, "\n") + "\n"
 	files := map[string]string{
-		"apt.conf":                     conf,
-		"status":                       "",
+		"apt.conf": conf,
+		"status":   "",
 		// copy: as a mirror's http: would, apt copies the .debs into its
 		// archives; from a file: source it would use them in place.
 		"sources.list.d/local.sources": strings.Replace(bake.Sources(archive, filepath.Join(archive, "keyring.gpg")), "file://", "copy://", 1),

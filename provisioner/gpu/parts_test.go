@@ -202,4 +202,3 @@ type (
 )
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
-
