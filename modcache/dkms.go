@@ -160,18 +160,19 @@ func exitCode(err error) int {
 func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(string)) error {
 	args := []string{p.Name, p.Version, p.Kernel, p.Arch}
 	if c != nil {
-		restored, err := restore(ctx, t, c, p, args, say)
-		if err != nil || restored {
+		got, err := restore(ctx, t, c, p, args, say)
+		if err != nil || got == restored {
 			return err
 		}
 		// Another build of the same modules (a second image built at the
 		// same time) may be compiling them now: wait for it and take its
-		// entry rather than compile them twice. (One that stored its entry
-		// between the read above and the lock is missed: the modules are
-		// then compiled twice, no harm done.)
-		waited := false
+		// entry rather than compile them twice. The cache is read again
+		// under the lock, waited or not: one that stored its entry
+		// between the read above and the lock must be taken too, or this
+		// build would install modules of its own compile while every later
+		// build restores the other's, and two builds from the same inputs
+		// would differ wherever the compiles do.
 		unlock, err := c.Lock(ctx, p.Inputs, func() {
-			waited = true
 			say(fmt.Sprintf("module cache: another build is building %s; waiting for it", p))
 		})
 		if err == nil {
@@ -182,8 +183,8 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 			return ctx.Err()
 		case err != nil:
 			say(fmt.Sprintf("module cache: %v; building without it", err))
-		case waited:
-			if restored, err := restore(ctx, t, c, p, args, say); err != nil || restored {
+		case got == missing:
+			if got, err := restore(ctx, t, c, p, args, say); err != nil || got == restored {
 				return err
 			}
 		}
@@ -205,46 +206,57 @@ func buildOne(ctx context.Context, t Target, c *Cache, p Pending, say func(strin
 	return store(ctx, t, c, p, args, say)
 }
 
+// restoreResult is what restore did: put the cached build in place, found
+// none, or found one it could not use (the cache failed, or the entry
+// failed a check).
+type restoreResult int
+
+const (
+	restored restoreResult = iota
+	missing
+	unusable
+)
+
 // restore puts a cached build of p in place and installs it. It reports
-// false, and no error, when the cache has none, the one it has failed a
-// check, or the cache failed: the caller builds then. A cache is only
-// ever a shortcut.
-func restore(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) (bool, error) {
+// missing or unusable, and no error, when the cache has none, the one it
+// has failed a check, or the cache failed: the caller builds then. A cache
+// is only ever a shortcut.
+func restore(ctx context.Context, t Target, c *Cache, p Pending, args []string, say func(string)) (restoreResult, error) {
 	start := time.Now()
 	key := Key(p.Inputs)
 	f, err := c.Get(p.Inputs)
 	if errors.Is(err, ErrCorrupt) {
 		say(fmt.Sprintf("module cache: %v; removed it, building instead", err))
-		return false, nil
+		return unusable, nil
 	}
 	if err != nil {
 		say(fmt.Sprintf("module cache: reading the build of %s (key %s): %v; building instead", p, key[:16], err))
-		return false, nil
+		return unusable, nil
 	}
 	if f == nil {
 		say(fmt.Sprintf("module cache: no build of %s (key %s) in %s", p, key[:16], c.Dir))
-		return false, nil
+		return missing, nil
 	}
 	defer f.Close()
 	if err := t.Upload(ctx, restoreTar, f); err != nil {
 		if ctx.Err() != nil {
-			return false, ctx.Err()
+			return unusable, ctx.Err()
 		}
 		say(fmt.Sprintf("module cache: copying the build of %s (key %s) into the image: %v; building instead", p, key[:16], err))
 		clean(ctx, t, say)
-		return false, nil
+		return unusable, nil
 	}
 	err = t.Run(ctx, Command(append([]string{"restore"}, args...)...))
 	if exitCode(err) == exitRejected {
 		say(fmt.Sprintf("module cache: the build of %s (key %s) in %s failed its checks in the image (see above); removed it, building instead", p, key[:16], c.Dir))
 		_ = c.evict(key, nil)
-		return false, nil
+		return unusable, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("installing the cached build of %s (key %s in %s; podvm-dkms restore): %w", p, key[:16], c.Dir, err)
+		return unusable, fmt.Errorf("installing the cached build of %s (key %s in %s; podvm-dkms restore): %w", p, key[:16], c.Dir, err)
 	}
 	say(fmt.Sprintf("module cache: restored %s (key %s) in %s", p, key[:16], time.Since(start).Round(100*time.Millisecond)))
-	return true, nil
+	return restored, nil
 }
 
 // clean removes the transfer archives from the image, best effort.

@@ -391,3 +391,32 @@ func TestLockCancelled(t *testing.T) {
 		t.Errorf("Lock while held, then cancelled: %v, want context.Canceled", err)
 	}
 }
+
+// TestEntryStoredBeforeTheLockIsTaken: another build stores its entry
+// after this one's first read missed and before it takes the lock. This
+// build must install that entry, not compile its own: every later build
+// restores that entry, and two builds from the same inputs must give the
+// same modules (make repro) even where two compiles would not.
+func TestEntryStoredBeforeTheLockIsTaken(t *testing.T) {
+	c := New(t.TempDir(), 0)
+	ps, _ := ParsePending(report)
+	img := &fakeImage{pending: report, files: map[string][]byte{}}
+	stored := map[string]bool{}
+	say := func(s string) {
+		// The first miss of each kernel: the other build stores now.
+		for _, p := range ps {
+			if strings.HasPrefix(s, "module cache: no build of "+p.String()) && !stored[p.Kernel] {
+				stored[p.Kernel] = true
+				must(t, c.Put(p.Inputs, strings.NewReader("the other build's modules for "+p.Kernel)))
+			}
+		}
+	}
+	if err := Build(context.Background(), img, c, []string{"6.12.1-amd64", "6.12.2-amd64"}, say); err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := "nvidia-current 550.163.01 6.12.1-amd64 x86_64", "nvidia-current 550.163.01 6.12.2-amd64 x86_64"
+	want := []string{"pending 6.12.1-amd64 6.12.2-amd64", "restore " + k1, "restore " + k2, "finish"}
+	if !slices.Equal(img.log, want) {
+		t.Errorf("ran\n%s\nwant\n%s", strings.Join(img.log, "\n"), strings.Join(want, "\n"))
+	}
+}
