@@ -53,9 +53,10 @@ type family interface {
 	// pinPackages are the packages an exact driver version pins.
 	pinPackages(d Driver) []string
 	persistenced(d Driver) []string
-	// persistencedUnit replaces the distro's nvidia-persistenced unit when
-	// that one would not keep persistence on ("" keeps the distro's).
-	persistencedUnit() string
+	// persistencedUser is the system user the driver's
+	// nvidia-persistenced package creates, which the plan's unit runs it
+	// as.
+	persistencedUser(d Driver) string
 	fabricManager(d Driver) ([]string, error)
 	// moduleLoadConf is a file the driver packages install that makes
 	// systemd-modules-load load the driver at every boot ("" for none).

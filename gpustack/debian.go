@@ -80,8 +80,14 @@ func (debian) pinPackages(d Driver) []string {
 
 func (debian) persistenced(d Driver) []string { return []string{"nvidia-persistenced"} }
 
-// Debian's unit keeps persistence mode on and can be enabled as it is.
-func (debian) persistencedUnit() string { return "" }
+// Debian's package creates nvpd (its postinst, 550.163.01-1); NVIDIA's
+// CUDA repository packages it as Ubuntu's are, with nvidia-persistenced.
+func (debian) persistencedUser(d Driver) string {
+	if d.Source == settings.SourceCUDARepo {
+		return "nvidia-persistenced"
+	}
+	return "nvpd"
+}
 
 func (debian) fabricManager(d Driver) ([]string, error) {
 	if d.Source != settings.SourceCUDARepo {

@@ -44,6 +44,31 @@ WantedBy=multi-user.target
 `
 }
 
+// persistencedUnit replaces the driver package's nvidia-persistenced unit
+// on every distro: the packages' units differ (Debian's runs it with
+// persistence on, Ubuntu's with --no-persistence-mode and
+// StopWhenUnneeded), and none keeps UVM persistence. A pod VM wants the
+// driver state kept from boot, with UVM: NVIDIA's guest init for kata
+// (NVRC) runs it so, and a confidential GPU keeps its SPDM session only
+// while the driver stays up. user is the package's system user.
+func persistencedUnit(user string) string {
+	return `# Installed by podvm-gpu: replaces the driver package's unit, to keep
+# persistence and UVM persistence on from boot.
+[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+After=systemd-modules-load.service
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user ` + user + ` --uvm-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+`
+}
+
 const ccService = `[Unit]
 Description=Set the NVIDIA GPU ready for confidential computing
 Before=kata-agent.service

@@ -229,9 +229,8 @@ func (g *gpuPlan) services() {
 		if len(g.persist) > 0 {
 			acts = append(acts, Install{Packages: g.persist, NoRecommends: true})
 		}
-		if unit := f.persistencedUnit(); unit != "" {
-			acts = append(acts, WriteFile{Path: "/etc/systemd/system/" + persistUnit, Mode: modeFile, Owner: "root:root", Content: unit})
-		}
+		acts = append(acts, WriteFile{Path: "/etc/systemd/system/" + persistUnit, Mode: modeFile, Owner: "root:root",
+			Content: persistencedUnit(f.persistencedUser(g.d))})
 		acts = append(acts, EnableUnits{Units: []string{persistUnit}})
 		p.add("persistenced", "Enabling nvidia-persistenced", acts...)
 		g.units = append(g.units, persistUnit)

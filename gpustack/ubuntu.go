@@ -94,25 +94,9 @@ func (ubuntu) pinPackages(d Driver) []string {
 // packages already depend on.
 func (ubuntu) persistenced(d Driver) []string { return nil }
 
-// Ubuntu's unit is static (nothing to enable), runs with
-// --no-persistence-mode and stops when unneeded: a pod VM wants the driver
-// state kept from boot, so the plan installs a unit of its own in /etc.
-func (ubuntu) persistencedUnit() string {
-	return `# Installed by podvm-gpu: replaces Ubuntu's static unit, which runs with
-# --no-persistence-mode and stops when unneeded.
-[Unit]
-Description=NVIDIA Persistence Daemon
-Wants=syslog.target
-
-[Service]
-Type=forking
-ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose
-ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
-
-[Install]
-WantedBy=multi-user.target
-`
-}
+// Ubuntu's unit runs it as nvidia-persistenced (and with
+// --no-persistence-mode), as NVIDIA's own packages do.
+func (ubuntu) persistencedUser(d Driver) string { return "nvidia-persistenced" }
 
 func (ubuntu) fabricManager(d Driver) ([]string, error) {
 	return []string{"nvidia-fabricmanager-" + d.Branch}, nil

@@ -273,6 +273,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 	for _, u := range spec.GPUUnits {
 		want = append(want, "unit:"+u)
+		if u == "nvidia-persistenced.service" {
+			want = append(want, "persistenced-uvm")
+		}
 	}
 	if spec.Expose != "" {
 		want = append(want, "expose")

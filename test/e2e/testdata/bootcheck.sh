@@ -55,6 +55,18 @@ for u in $GPU_UNITS; do
 	fi
 done
 
+# 3b. nvidia-persistenced, where the image has it, keeps UVM persistence
+#     as NVIDIA's guest init for kata runs it.
+case " $GPU_UNITS " in
+*" nvidia-persistenced.service "*)
+	exec_start=$(systemctl show -P ExecStart nvidia-persistenced.service 2>&1)
+	case "$exec_start" in
+	*--uvm-persistence-mode*) ok persistenced-uvm "$(echo "$exec_start" | sed -n 's/.*argv\[\]=\([^;]*\);.*/\1/p')" ;;
+	*) fail persistenced-uvm "ExecStart has no --uvm-persistence-mode: $exec_start" ;;
+	esac
+	;;
+esac
+
 # 4. The NVIDIA module is built for the running kernel: loading it fails
 #    only because there is no GPU.
 if [ -n "$MODULE" ]; then
