@@ -1,17 +1,23 @@
 // Package agenttree checks a pod VM binaries tree on the build host before
-// a build copies it into an image: a directory laid out as the image's
+// a build carries it into an image: a directory laid out as the image's
 // root, as cloud-api-adaptor's `make podvm-binaries` exports it to
 // resources/binaries-tree (its podvm/files plus the agent binaries), with
 // kata-agent, agent-protocol-forwarder and process-user-data in
 // /usr/local/bin and their systemd units in /etc/systemd/system, enabled by
-// relative symlinks in multi-user.target.wants.
+// symlinks in multi-user.target.wants.
 //
-// The tree lands on the image's root as it is: the chroot upload keeps its
-// modes and links, the SSH upload follows links on the build host. So a
-// directory's mode replaces the image's own (/etc, /usr), a link that
-// points outside the tree would copy a file of the build host, and a
-// unit that does not parse fails only at boot. Check refuses all of these
-// up front, saying what is wrong and what is allowed.
+// The tree lands on the image's root as it is, links as links: the
+// provisioner streams it as an archive (WriteTar), mkosi copies it as a
+// skeleton tree. A link is never followed or read through on the build
+// host: its target names a path in the image, which the image or its boot
+// may make (CAA's /etc/kata-opa/default-policy.rego points into /run; its
+// run-kata\x2dcontainers.mount wants link names a unit of CAA's mkosi
+// skeleton). What stays refused, because the image would get it as it is
+// or the host would leak into it: device nodes and other special files,
+// setuid and setgid files, anything group- or world-writable, directories
+// not 0755, a file with hard links outside the tree, and names with
+// control characters. A unit that does not parse fails only at boot, so
+// units are read up front too.
 package agenttree
 
 import (
@@ -32,7 +38,8 @@ import (
 // Allowed says what a binaries tree must be, for errors and the docs.
 const Allowed = "a directory on the build host laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree: " +
 	"executable /usr/local/bin/kata-agent, agent-protocol-forwarder and process-user-data; their units in etc/systemd/system or usr/lib/systemd/system, " +
-	"kata-agent enabled by a *.wants link; directories mode 0755; nothing writable by group or others, nor setuid; links relative and inside the tree"
+	"kata-agent enabled by a *.wants link; directories mode 0755; nothing writable by group or others, nor setuid or setgid; no device nodes, FIFOs or sockets; no file with hard links outside the tree; " +
+	"links are carried as links (absolute or relative, to paths the image or its boot makes)"
 
 // Executables are the agent stack's programs that every tree must hold.
 var Executables = []string{
@@ -65,11 +72,19 @@ var sectionOf = map[string]string{
 // maxUnitBytes bounds a unit file: real ones are a few hundred bytes.
 const maxUnitBytes = 1 << 20
 
-// Link is an enabling symlink of the tree, such as
+// Link is a symlink of the tree, such as
 // /etc/systemd/system/multi-user.target.wants/kata-agent.path -> ../kata-agent.path.
 type Link struct {
 	Path   string // image path of the link
-	Target string // its target, as written (relative)
+	Target string // its target, as written
+	// Dest is the image path the target names, joined lexically from the
+	// link's directory (".." stops at the image's root, as it does in
+	// the image); links on the way are not resolved, here or on the host.
+	Dest string
+	// InTree says that the tree has Dest, as a file or directory of its
+	// own. A link without is carried all the same: the image, its
+	// skeleton or its boot provides the target.
+	InTree bool
 }
 
 // Tree is what Check found in a good tree.
@@ -78,6 +93,19 @@ type Tree struct {
 	Executables []string // image paths of the agent programs, sorted
 	Units       []string // image paths of the unit files, sorted
 	Links       []Link   // enabling links in *.wants and *.requires, sorted
+	Carried     []Link   // every link of the tree, sorted
+}
+
+// Elsewhere are the tree's links whose targets are not in the tree:
+// what the image or its boot must provide.
+func (t *Tree) Elsewhere() []Link {
+	var out []Link
+	for _, l := range t.Carried {
+		if !l.InTree {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Enabled names the units the tree's links enable, sorted: the link names.
@@ -124,15 +152,51 @@ func Check(dir string) (*Tree, error) {
 		return nil, refuse("cannot resolve it: %v", err)
 	}
 	t := &Tree{Dir: dir}
-	if err := t.walk(real); err != nil {
+	w := &walker{entries: map[string]fs.FileMode{}, inodes: map[fileID]*hardLinks{}}
+	if err := t.walk(real, w); err != nil {
+		return nil, err
+	}
+	if err := w.hardLinksInside(); err != nil {
+		return nil, err
+	}
+	if err := t.resolveLinks(w); err != nil {
 		return nil, err
 	}
 	if err := t.checkAgent(real); err != nil {
 		return nil, err
 	}
 	slices.Sort(t.Units)
-	slices.SortFunc(t.Links, func(a, b Link) int { return strings.Compare(a.Path, b.Path) })
+	byPath := func(a, b Link) int { return strings.Compare(a.Path, b.Path) }
+	slices.SortFunc(t.Links, byPath)
+	slices.SortFunc(t.Carried, byPath)
 	return t, nil
+}
+
+// walker is what one walk of the tree has seen: every entry's type by
+// image path, and the names of each file with more than one.
+type walker struct {
+	entries map[string]fs.FileMode
+	inodes  map[fileID]*hardLinks
+}
+
+type fileID struct{ dev, ino uint64 }
+
+type hardLinks struct {
+	names []string
+	nlink uint64
+}
+
+// hardLinksInside refuses a file whose hard links are not all in the
+// tree: the image would get the content of a file the tree does not show,
+// and the host could change it after the check.
+func (w *walker) hardLinksInside() error {
+	for _, h := range w.inodes {
+		if uint64(len(h.names)) < h.nlink {
+			slices.Sort(h.names)
+			return refuse("%s has %d hard links, %d of them outside the tree: copy the file instead of linking it", h.names[0], h.nlink, h.nlink-uint64(len(h.names)))
+		}
+	}
+	return nil
 }
 
 // checkTop refuses what a root tree cannot have at its top.
@@ -151,8 +215,8 @@ func checkTop(top []fs.DirEntry) error {
 }
 
 // walk checks every entry's type, mode and name, follows nothing, and
-// collects the units and enabling links.
-func (t *Tree) walk(root string) error {
+// collects the units and links.
+func (t *Tree) walk(root string, w *walker) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return refuse("cannot read %s: %v", p, err)
@@ -170,16 +234,25 @@ func (t *Tree) walk(root string) error {
 			return refuse("cannot look at %s: %v", img, err)
 		}
 		m := info.Mode()
+		w.entries[img] = m.Type()
 		switch {
 		case m.IsDir():
 			if m.Perm() != 0o755 || m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
 				return refuse("directory %s has mode %04o: the upload gives its mode to the image's directory of that name (/etc, /usr, ...), so every directory must be 0755", img, uint32(m.Perm()))
 			}
 		case m&fs.ModeSymlink != 0:
-			return t.link(root, p, img)
+			return t.link(p, img)
 		case m.IsRegular():
 			if m.Perm()&0o022 != 0 || m&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
 				return refuse("%s has mode %04o: no file may be writable by group or others, nor setuid or setgid", img, uint32(m.Perm()|m&(fs.ModeSetuid|fs.ModeSetgid)))
+			}
+			if id, nlink, ok := fileIdentity(info); ok && nlink > 1 {
+				h := w.inodes[id]
+				if h == nil {
+					h = &hardLinks{nlink: nlink}
+					w.inodes[id] = h
+				}
+				h.names = append(h.names, img)
 			}
 			if isUnitPath(img) {
 				if err := checkUnit(p, img, info.Size()); err != nil {
@@ -194,10 +267,9 @@ func (t *Tree) walk(root string) error {
 	})
 }
 
-// link checks a symlink: relative, inside the tree and to something there,
-// as the SSH upload reads its target on the build host. Links in a *.wants
-// or *.requires directory of a unit directory enable units.
-func (t *Tree) link(root, p, img string) error {
+// link records a symlink: its target must be a clean name; where it
+// points is settled once the whole tree is known (resolveLinks).
+func (t *Tree) link(p, img string) error {
 	target, err := os.Readlink(p)
 	if err != nil {
 		return refuse("cannot read the link %s: %v", img, err)
@@ -205,24 +277,35 @@ func (t *Tree) link(root, p, img string) error {
 	if err := inputcheck.Text(target, inputcheck.MaxImagePath); err != nil {
 		return refuse("the link %s has a target that is not a clean name: %v", img, err)
 	}
-	if path.IsAbs(target) {
-		return refuse("the link %s points to %s, an absolute path: an SSH upload would copy that file of the build host; make it relative, such as ../kata-agent.path", img, target)
+	dest := path.Clean(target)
+	if !path.IsAbs(target) {
+		dest = path.Join(path.Dir(img), target)
 	}
-	// Joined relative to the tree's top, so that ".." above it shows.
-	dest := path.Join(path.Dir(strings.TrimPrefix(img, "/")), target)
-	if strings.HasPrefix(dest, "../") || dest == ".." {
-		return refuse("the link %s points to %s, outside the tree", img, target)
-	}
-	st, err := os.Stat(filepath.Join(root, filepath.FromSlash(dest)))
-	if err != nil {
-		return refuse("the link %s points to %s, which is not in the tree", img, target)
-	}
-	dir := path.Dir(img)
-	if isUnitDir(path.Dir(dir)) && (strings.HasSuffix(dir, ".wants") || strings.HasSuffix(dir, ".requires")) {
-		if !st.Mode().IsRegular() || !isUnitPath("/"+dest) {
-			return refuse("the link %s enables %s, which is not a unit file of the tree", img, target)
+	t.Carried = append(t.Carried, Link{Path: img, Target: target, Dest: dest})
+	return nil
+}
+
+// resolveLinks marks the links whose targets the tree has, and collects
+// the enabling links: in a *.wants or *.requires directory of a unit
+// directory, named as a unit. An enabling link to something of the tree
+// must name one of its unit files; one to a path the tree lacks enables
+// a unit of the image's own or its skeleton's.
+func (t *Tree) resolveLinks(w *walker) error {
+	for i := range t.Carried {
+		l := &t.Carried[i]
+		kind, ok := w.entries[l.Dest]
+		l.InTree = ok && kind&fs.ModeSymlink == 0
+		dir := path.Dir(l.Path)
+		if !isUnitDir(path.Dir(dir)) || !(strings.HasSuffix(dir, ".wants") || strings.HasSuffix(dir, ".requires")) {
+			continue
 		}
-		t.Links = append(t.Links, Link{Path: img, Target: target})
+		if _, unit := sectionOf[path.Ext(l.Path)]; !unit {
+			return refuse("the link %s in %s is not named as a unit (.service, .path, .mount, ...)", l.Path, dir)
+		}
+		if ok && (!kind.IsRegular() || !isUnitPath(l.Dest)) {
+			return refuse("the link %s enables %s, which is not a unit file of the tree", l.Path, l.Target)
+		}
+		t.Links = append(t.Links, *l)
 	}
 	return nil
 }

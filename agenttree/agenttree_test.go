@@ -1,7 +1,10 @@
 package agenttree
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,12 +27,12 @@ func TestCheckGoodTree(t *testing.T) {
 	if !slices.Equal(tree.Executables, Executables) {
 		t.Errorf("executables %v, want %v", tree.Executables, Executables)
 	}
-	wantEnabled := []string{"agent-protocol-forwarder.path", "kata-agent.path", "process-user-data.service"}
+	wantEnabled := []string{"agent-protocol-forwarder.path", "kata-agent.path", "process-user-data.service", agenttreetest.SkeletonUnit, "scratch-space.path"}
 	if got := tree.Enabled(); !slices.Equal(got, wantEnabled) {
 		t.Errorf("enabled %v, want %v", got, wantEnabled)
 	}
-	if len(tree.Units) != 5 {
-		t.Errorf("units %v, want the stand-in's five", tree.Units)
+	if len(tree.Units) != 7 {
+		t.Errorf("units %v, want the stand-in's seven", tree.Units)
 	}
 	for _, l := range tree.Links {
 		if l.Target != "../"+filepath.Base(l.Path) {
@@ -92,18 +95,16 @@ func TestCheckRefuses(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(dir, unitDir, "extra.target"), []byte("[Unit\n"), 0o644))
 			return dir
 		}, "broken section header"},
-		{"absolute symlink", func(t *testing.T, dir string) string {
-			must(t, os.Symlink("/etc/shadow", filepath.Join(dir, "etc/shadow-copy")))
+		{"wants link not named as a unit", func(t *testing.T, dir string) string {
+			must(t, os.Symlink("/run/x", filepath.Join(dir, unitDir, "multi-user.target.wants/notes.txt")))
 			return dir
-		}, "an absolute path"},
-		{"relative symlink escaping the tree", func(t *testing.T, dir string) string {
-			must(t, os.Symlink("../../../../etc/passwd", filepath.Join(dir, "etc/systemd/passwd")))
+		}, "is not named as a unit"},
+		{"hard link to a file outside the tree", func(t *testing.T, dir string) string {
+			outside := filepath.Join(t.TempDir(), "host-file")
+			must(t, os.WriteFile(outside, []byte("host"), 0o644))
+			must(t, os.Link(outside, filepath.Join(dir, "etc/linked")))
 			return dir
-		}, "outside the tree"},
-		{"dangling symlink", func(t *testing.T, dir string) string {
-			must(t, os.Symlink("../absent.service", filepath.Join(dir, unitDir, "multi-user.target.wants/absent.service")))
-			return dir
-		}, "not in the tree"},
+		}, "/etc/linked has 2 hard links, 1 of them outside the tree"},
 		{"wants link to a non-unit", func(t *testing.T, dir string) string {
 			must(t, os.Symlink("../../../agent-config.toml", filepath.Join(dir, unitDir, "multi-user.target.wants/config.service")))
 			return dir
@@ -182,5 +183,97 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckCarriesLinks: links of every kind CAA's tree has are carried
+// as links: absolute ones into /run, a wants link to a unit the image's
+// skeleton provides (an escaped name), and relative ones that climb
+// above the tree, which name a path in the image, never one on the host.
+// Hard links inside the tree are fine.
+func TestCheckCarriesLinks(t *testing.T) {
+	dir := copyStandIn(t)
+	wants := "etc/systemd/system/multi-user.target.wants"
+	must(t, os.Symlink("dl/../../../../etc/shadow", filepath.Join(dir, "usr/local/l")))
+	must(t, os.Symlink("../..", filepath.Join(dir, "usr/local/dl")))
+	must(t, os.Link(filepath.Join(dir, "etc/agent-config.toml"), filepath.Join(dir, "etc/agent-config.copy")))
+	tree, err := Check(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Link{
+		"/etc/kata-opa/default-policy.rego":           {Target: "/run/peerpod/policy.rego", Dest: "/run/peerpod/policy.rego"},
+		"/" + wants + `/run-kata\x2dcontainers.mount`: {Target: `../run-kata\x2dcontainers.mount`, Dest: `/etc/systemd/system/run-kata\x2dcontainers.mount`},
+		"/usr/local/l": {Target: "dl/../../../../etc/shadow", Dest: "/etc/shadow"},
+	}
+	got := map[string]Link{}
+	for _, l := range tree.Elsewhere() {
+		got[l.Path] = Link{Target: l.Target, Dest: l.Dest}
+	}
+	for p, w := range want {
+		if g, ok := got[p]; !ok || g != w {
+			t.Errorf("link %s: %+v (carried, target elsewhere: %v), want %+v", p, g, ok, w)
+		}
+	}
+	if !slices.ContainsFunc(tree.Links, func(l Link) bool { return strings.HasSuffix(l.Path, `run-kata\x2dcontainers.mount`) }) {
+		t.Errorf("enabling links %+v lack the skeleton's mount unit", tree.Links)
+	}
+	// The rest name what the tree has: its units, and its own root.
+	for _, l := range tree.Carried {
+		if _, elsewhere := want[l.Path]; l.InTree == elsewhere {
+			t.Errorf("link %s -> %s: InTree %v", l.Path, l.Target, l.InTree)
+		}
+	}
+}
+
+// TestWriteTarKeepsLinks: the archive holds the links as links, every
+// entry root's, and reads nothing through a link: the host's files that
+// the tree's links name are not in it.
+func TestWriteTarKeepsLinks(t *testing.T) {
+	dir := copyStandIn(t)
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	must(t, os.WriteFile(secret, []byte("HOST SECRET"), 0o644))
+	must(t, os.Symlink(secret, filepath.Join(dir, "etc/abs-to-host")))
+	tree, err := Check(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := tree.WriteTar(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(buf.Bytes(), []byte("HOST SECRET")) {
+		t.Fatal("the archive holds the content of a host file a link names")
+	}
+	tr := tar.NewReader(&buf)
+	entries := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[h.Name] = h
+		if h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s: owner %d:%d, want 0:0", h.Name, h.Uid, h.Gid)
+		}
+	}
+	for name, want := range map[string]string{
+		"etc/abs-to-host":                                            secret,
+		"etc/kata-opa/default-policy.rego":                           "/run/peerpod/policy.rego",
+		"etc/systemd/system/multi-user.target.wants/kata-agent.path": "../kata-agent.path",
+	} {
+		h := entries[name]
+		if h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != want {
+			t.Errorf("%s: %+v, want a link to %s", name, h, want)
+		}
+	}
+	if h := entries["usr/local/bin/kata-agent"]; h == nil || h.Typeflag != tar.TypeReg || h.Mode != 0o755 {
+		t.Errorf("kata-agent: %+v, want a regular file 0755", h)
+	}
+	if h := entries["etc/"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o755 {
+		t.Errorf("etc/: %+v, want a directory 0755", h)
 	}
 }

@@ -279,7 +279,7 @@ var Table = []Setting{
 	// Pod VM: the agent stack beside the GPU layer.
 	{Key: "podvm_binaries", Env: "PODVM_BINARIES", Kind: String, Section: "podvm",
 		DefaultDoc: "none: a GPU base image, not a pod VM",
-		Help:       "Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). The examples copy it onto the image's root before podvm-gpu, which checks it landed and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md.",
+		Help:       "Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). podvm-gpu carries it onto the image's root as one archive, links kept as links (CAA's absolute link into /run, wants links to units of the image's own), and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md.",
 		check:      &checkAgentTree,
 		set:        func(o *Options, v value) { o.PodVMBinaries = v.s }},
 

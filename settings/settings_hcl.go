@@ -6,7 +6,7 @@ package settings
 // that HCL, the environment and flags share one parser and one error text;
 // nil means unset, so the environment and defaults apply.
 type HCL struct {
-	// Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). The examples copy it onto the image's root before podvm-gpu, which checks it landed and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md. Environment: `PODVM_BINARIES`; default: none: a GPU base image, not a pod VM.
+	// Pod VM binaries tree on the build host: a directory laid out as the image's root, as cloud-api-adaptor's `make podvm-binaries` exports to resources/binaries-tree (kata-agent, agent-protocol-forwarder, process-user-data and their units). podvm-gpu carries it onto the image's root as one archive, links kept as links (CAA's absolute link into /run, wants links to units of the image's own), and enables its units as its *.wants links say; the mkosi generator adds it as a skeleton tree. See docs/pod-vm.md. Environment: `PODVM_BINARIES`; default: none: a GPU base image, not a pod VM.
 	PodvmBinaries *string `mapstructure:"podvm_binaries" required:"false"`
 	// Install the NVIDIA driver, container toolkit and guest hook. Environment: `ENABLE_NVIDIA_GPU`; default: yes.
 	EnableNvidiaGPU *string `mapstructure:"enable_nvidia_gpu" required:"false"`

@@ -72,5 +72,16 @@ func StandIn(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("copying the stand-in binaries tree: %v", err)
 	}
+	// A wants link to a unit the tree does not have, which CAA's mkosi
+	// skeleton provides, under systemd's escaped name. Made here, not kept
+	// in the checkout: a backslash is not allowed in a Go module's file
+	// names.
+	if err := os.Symlink(`../`+SkeletonUnit, filepath.Join(dst, "etc/systemd/system/multi-user.target.wants", SkeletonUnit)); err != nil {
+		t.Fatalf("copying the stand-in binaries tree: %v", err)
+	}
 	return dst
 }
+
+// SkeletonUnit is the unit StandIn's dangling wants link enables: the
+// image must provide it (the CAA-shaped tree's skeleton does).
+const SkeletonUnit = `run-kata\x2dcontainers.mount`

@@ -39,10 +39,6 @@ locals {
   source_ami_name = var.source_ami_name != "" ? var.source_ami_name : local.ubuntu_ami_names[var.ubuntu_release]
   timestamp       = formatdate("YYYYMMDDhhmmss", timestamp())
   image_name      = "${var.image_name_prefix}-ubuntu-${var.ubuntu_release}-${local.timestamp}"
-  # The pod VM binaries tree, as a list of none or one, for the dynamic
-  # provisioners that install it; the staging directory they use.
-  podvm_binaries = var.podvm_binaries == "" ? [] : [abspath(var.podvm_binaries)]
-  podvm_staging  = "/tmp/podvm-binaries"
 }
 
 source "amazon-ebs" "ubuntu" {
@@ -89,43 +85,11 @@ build {
     inline          = ["cloud-init status --wait >/dev/null || true"]
   }
 
-  # The pod VM's agent stack, only with podvm_binaries (docs/pod-vm.md).
-  # The SSH user is not root and the upload follows links, so the tree goes
-  # to a private staging directory first; root installs it owned by root,
-  # leaving the modes of the image's own directories as they are. podvm-gpu
-  # then checks it landed, makes its *.wants links again and orders the
-  # GPU units before kata-agent.service.
-  dynamic "provisioner" {
-    labels   = ["shell"]
-    for_each = local.podvm_binaries
-    content {
-      execute_command = "{{ .Vars }} sh '{{ .Path }}'"
-      inline          = ["rm -rf ${local.podvm_staging} && mkdir -m 0700 ${local.podvm_staging}"]
-    }
-  }
-
-  dynamic "provisioner" {
-    labels   = ["file"]
-    for_each = local.podvm_binaries
-    content {
-      source      = "${provisioner.value}/"
-      destination = local.podvm_staging
-    }
-  }
-
-  dynamic "provisioner" {
-    labels   = ["shell"]
-    for_each = local.podvm_binaries
-    content {
-      execute_command = "{{ .Vars }} sudo -n sh '{{ .Path }}'"
-      inline = [
-        "set -eu",
-        "tar -C ${local.podvm_staging} --owner=0 --group=0 --numeric-owner -cf - . | tar -C / --no-overwrite-dir --keep-directory-symlink -xpf -",
-        "rm -rf ${local.podvm_staging}",
-      ]
-    }
-  }
-
+  # With podvm_binaries, podvm-gpu carries the pod VM's agent stack onto
+  # the image's root first: one archive streamed over SSH and unpacked by
+  # root, links kept as links (a file upload would follow them on this
+  # machine), the image's own directories keeping their modes
+  # (docs/pod-vm.md).
   provisioner "podvm-gpu" {
     # The SSH user is not root: run every command through sudo.
     # {{.Command}} is already quoted as one shell word: do not quote it again.

@@ -135,20 +135,10 @@ build {
     ]
   }
 
-  # The pod VM's agent stack, only with podvm_binaries: the tree goes onto
-  # the image's root as it is (the chroot keeps its modes and links, and
-  # root owns what it writes), before podvm-gpu, which checks it landed,
-  # enables its units by its *.wants links, and orders the GPU units before
+  # With podvm_binaries, podvm-gpu carries the pod VM's agent stack onto
+  # the image's root first (one archive, links kept as links), enables its
+  # units by its *.wants links, and orders the GPU units before
   # kata-agent.service.
-  dynamic "provisioner" {
-    labels   = ["file"]
-    for_each = var.podvm_binaries == "" ? [] : [abspath(var.podvm_binaries)]
-    content {
-      source      = "${provisioner.value}/"
-      destination = "/"
-    }
-  }
-
   provisioner "podvm-gpu" {
     output_dir     = var.artifacts_directory
     podvm_binaries = var.podvm_binaries == "" ? "" : abspath(var.podvm_binaries)

@@ -267,10 +267,19 @@ func (r *runner) retry(ctx context.Context, what string, fn func() error) error 
 // it. Uploads run as the communicator's user, so files go to a folder that
 // user can write and a command moves them into place.
 func (r *runner) stage(ctx context.Context, name string, data []byte) (string, error) {
+	return r.stageFrom(ctx, name, bytes.NewReader(data), int64(len(data)))
+}
+
+// stageFrom is stage of size bytes read from src, from its start on
+// every try.
+func (r *runner) stageFrom(ctx context.Context, name string, src io.ReadSeeker, size int64) (string, error) {
 	path := r.stagePath(name)
 	err := r.retry(ctx, "uploading "+path, func() error {
-		fi := os.FileInfo(stagedInfo{name: path[strings.LastIndexByte(path, '/')+1:], size: int64(len(data))})
-		return transfer(ctx, func() error { return r.comm.Upload(path, bytes.NewReader(data), &fi) })
+		if _, err := src.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		fi := os.FileInfo(stagedInfo{name: path[strings.LastIndexByte(path, '/')+1:], size: size})
+		return transfer(ctx, func() error { return r.comm.Upload(path, io.LimitReader(src, size), &fi) })
 	})
 	if err == nil {
 		err = ctx.Err()

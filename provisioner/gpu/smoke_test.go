@@ -126,13 +126,14 @@ func TestSmokeChroot(t *testing.T) {
 // testUi logs what the provisioner says; nothing else is used.
 type testUi struct {
 	packersdk.Ui
-	t    *testing.T
-	said []string
+	t      *testing.T
+	said   []string
+	errors []string
 }
 
 func (u *testUi) Say(s string)     { u.said = append(u.said, s); u.t.Log(s) }
 func (u *testUi) Message(s string) { u.t.Log(s) }
-func (u *testUi) Error(s string)   { u.t.Log("error: " + s) }
+func (u *testUi) Error(s string)   { u.errors = append(u.errors, s); u.t.Log("error: " + s) }
 
 // smokeTarball is PODVM_SMOKE_TARBALL, else the newest trixie minbase tree
 // in the builder's cache, else "".

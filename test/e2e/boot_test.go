@@ -281,7 +281,7 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 		want = append(want, "expose")
 	}
 	if len(spec.AgentUnits) > 0 {
-		want = append(want, "agent-enabled", "agent-chain", "agent-order")
+		want = append(want, "agent-enabled", "agent-chain", "agent-links", "agent-order")
 	}
 	if spec.Verity {
 		want = append(want, "verity")

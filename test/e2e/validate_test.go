@@ -42,8 +42,10 @@ func TestPackerValidateProvisioner(t *testing.T) {
 	long := "/opt/" + strings.Repeat("a", 5000)
 	// Pod VM binaries trees: the stand-in, and broken copies of it.
 	tree := agenttreetest.StandIn(t)
+	// A hard link to a file of the host: the image would get the host's
+	// file. (A symbolic link is carried as a link, never read on the host.)
 	escaping := agenttreetest.StandIn(t)
-	must(t, os.Symlink("/etc/shadow", filepath.Join(escaping, "etc/shadow")))
+	must(t, os.Link(file, filepath.Join(escaping, "etc/host-file")))
 	noAgent := agenttreetest.StandIn(t)
 	must(t, os.Remove(filepath.Join(noAgent, "usr/local/bin/kata-agent")))
 	emptyDir := filepath.Join(dir, "empty")
@@ -90,7 +92,7 @@ func TestPackerValidateProvisioner(t *testing.T) {
 		{"PODVM_BINARIES missing", ``, []string{"PODVM_BINARIES=" + dir + "/absent"}, "PODVM_BINARIES: invalid value"},
 		{"podvm_binaries a file", `podvm_binaries = "` + file + `"`, nil, "a regular file, not a directory"},
 		{"podvm_binaries empty", `podvm_binaries = "` + emptyDir + `"`, nil, "an empty directory"},
-		{"podvm_binaries a link out of the tree", `podvm_binaries = "` + escaping + `"`, nil, "an absolute path"},
+		{"podvm_binaries a hard link out of the tree", `podvm_binaries = "` + escaping + `"`, nil, "hard links, 1 of them outside the tree"},
 		{"podvm_binaries without kata-agent", `podvm_binaries = "` + noAgent + `"`, nil, "no /usr/local/bin/kata-agent"},
 		{"module key not demanded with the GPU stack off", `
     enable_nvidia_gpu     = false

@@ -152,6 +152,17 @@ if [ -n "$AGENT_UNITS" ]; then
 		journalctl -b -u process-user-data.service -u kata-agent.path -u kata-agent.service -u agent-protocol-forwarder.service --no-pager 2>&1 | tail -20 | show
 	fi
 
+	# The tree's links landed as links: the agent policy's absolute link
+	# into /run resolves once tmpfiles made its target at boot, and the
+	# wants link to a unit the image may lack is a link, not a copy.
+	policy=/etc/kata-opa/default-policy.rego
+	mountlink='/etc/systemd/system/multi-user.target.wants/run-kata\x2dcontainers.mount'
+	if [ "$(readlink "$policy")" = /run/peerpod/policy.rego ] && [ -s "$policy" ] && [ -L "$mountlink" ]; then
+		ok agent-links "$policy -> $(readlink "$policy") (made at boot); $mountlink -> $(readlink "$mountlink")"
+	else
+		fail agent-links "$policy -> '$(readlink "$policy")' (exists: $([ -e "$policy" ] && echo yes || echo no)); $mountlink: $(ls -l "$mountlink" 2>&1)"
+	fi
+
 	after=" $(prop After kata-agent.service) "
 	kstart=$(prop InactiveExitTimestampMonotonic kata-agent.service)
 	ordered="" bad=""
