@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,7 +62,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // generate is a generator run as the flags ask for it.
 type generate struct {
 	fs                          *pflag.FlagSet
-	out, into, image            string
+	out, into, image, layerWith string
 	remove, force               bool
 	distro, release, arch       string
 	mirror, securityMirror, bin string
@@ -81,6 +83,7 @@ func parseGenerate(args []string, stderr io.Writer) (g *generate, code int, ok b
 	fs.StringVar(&g.out, "output", "", "directory to write the tree into (this or --into is required)")
 	fs.StringVar(&g.into, "into", "", "an existing mkosi tree (one image, or several in mkosi.images) to add the GPU layer to, in its own profile "+Profile+"; distribution, release and architecture come from the tree")
 	fs.StringVar(&g.image, "image", "", "with --into: the image of mkosi.images that gets the layer (default: the one bootable image, else system)")
+	fs.StringVar(&g.layerWith, "layer-profile", Profile, "with --into: the profile that switches the layer on: "+Profile+" (its own), one of the tree's own profiles (cloud-api-adaptor's make image selects production), or "+AlwaysActive)
 	fs.BoolVar(&g.remove, "remove", false, "with --into: take the layer out of the tree again, leaving it as it was before")
 	fs.BoolVar(&g.force, "force", false, "regenerate into a non-empty --output, removing the previous generation's files")
 	fs.StringVar(&g.distro, "distribution", "debian", "target distribution: debian|ubuntu")
@@ -102,8 +105,8 @@ func parseGenerate(args []string, stderr io.Writer) (g *generate, code int, ok b
 		fs.Usage()
 		return nil, 2, false
 	}
-	if g.into == "" && (g.image != "" || g.remove) {
-		fmt.Fprintln(stderr, "mkosi: --image and --remove go with --into DIR")
+	if g.into == "" && (g.image != "" || g.remove || fs.Changed("layer-profile")) {
+		fmt.Fprintln(stderr, "mkosi: --image, --layer-profile and --remove go with --into DIR")
 		return nil, 2, false
 	}
 	g.explicit = collect()
@@ -116,6 +119,9 @@ func (g *generate) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if g.into != "" {
 		var err error
 		if layer, err = intoTarget(g.into, g.image, g.fs, &g.distro, &g.release, &g.arch); err != nil {
+			return usage("mkosi: %w", err)
+		}
+		if layer.ActiveWith, err = layerProfile(g.into, g.layerWith); err != nil {
 			return usage("mkosi: %w", err)
 		}
 	}
@@ -155,7 +161,14 @@ func (g *generate) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "mkosi: added the GPU layer for %s to %s (%d files, listed in %s)\n", t, g.into, len(files), layerRecord)
-		fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (with the tree's own profiles: --profile PROFILE,%s); remove with: packer-plugin-podvm mkosi --into %s --remove\n", g.into, Profile, Profile, g.into)
+		switch p := layer.activation(); p {
+		case "":
+			fmt.Fprintf(stdout, "build with: mkosi -C %s build   (the layer is always on); remove with: packer-plugin-podvm mkosi --into %s --remove\n", g.into, g.into)
+		case Profile:
+			fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (with the tree's own profiles: --profile PROFILE,%s); remove with: packer-plugin-podvm mkosi --into %s --remove\n", g.into, Profile, Profile, g.into)
+		default:
+			fmt.Fprintf(stdout, "build with: mkosi -C %s --profile %s build   (the layer is on wherever profile %s is selected); remove with: packer-plugin-podvm mkosi --into %s --remove\n", g.into, p, p, g.into)
+		}
 		return nil
 	}
 	if err := Write(g.out, files, g.force); err != nil {
@@ -487,3 +500,47 @@ func orDefault(v, d string) string {
 	}
 	return d
 }
+
+// layerProfile checks --layer-profile against the tree: the layer's own
+// profile, AlwaysActive, or a profile the tree defines (mkosi.profiles/NAME
+// or NAME.conf, at its top or in one of its images). A profile the tree
+// lacks would leave the layer off with nothing said.
+func layerProfile(tree, name string) (string, error) {
+	if name == Profile || name == AlwaysActive {
+		return name, nil
+	}
+	if !profileName.MatchString(name) {
+		return "", fmt.Errorf("--layer-profile %q: not a profile name (letters, digits, '.', '_' and '-')", name)
+	}
+	dirs, err := filepath.Glob(filepath.Join(tree, "mkosi.images", "*", "mkosi.profiles"))
+	if err != nil {
+		return "", fmt.Errorf("--layer-profile: %w", err)
+	}
+	var have []string
+	for _, d := range append([]string{filepath.Join(tree, "mkosi.profiles")}, dirs...) {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if !e.IsDir() {
+				var ok bool
+				if n, ok = strings.CutSuffix(n, ".conf"); !ok {
+					continue
+				}
+			}
+			if n == name {
+				return name, nil
+			}
+			have = append(have, n)
+		}
+	}
+	slices.Sort(have)
+	have = slices.Compact(have)
+	return "", fmt.Errorf("--layer-profile %q: the tree defines no such profile (its profiles: %s); give one of them, %s (the layer's own) or %s",
+		name, orDefault(strings.Join(have, ", "), "none"), Profile, AlwaysActive)
+}
+
+// profileName is what mkosi takes as a profile's name.
+var profileName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 
 	"path/filepath"
@@ -301,7 +302,13 @@ func TestIntoRefuses(t *testing.T) {
 		}, func(t *testing.T, dir string) []string { return []string{"--into", dir, "--remove"} }, []string{layerRecord}},
 		{"--remove without --into", caa, nil, func(t *testing.T, dir string) []string {
 			return []string{"--output", dir, "--remove"}
-		}, []string{"--image and --remove go with --into"}},
+		}, []string{"--image, --layer-profile and --remove go with --into"}},
+		{"--layer-profile without --into", caa, nil, func(t *testing.T, dir string) []string {
+			return []string{"--output", dir, "--layer-profile", "always"}
+		}, []string{"--image, --layer-profile and --remove go with --into"}},
+		{"--layer-profile not a name", caa, nil, func(t *testing.T, dir string) []string {
+			return intoArgs(t, dir, "--layer-profile", "../x")
+		}, []string{`--layer-profile "../x": not a profile name`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := tc.tree(t)
@@ -356,19 +363,59 @@ func TestIntoSummary(t *testing.T) {
 				t.Fatalf("--into: rc %d\n%s", rc, out)
 			}
 			for _, m := range parsingMkosis(t) {
-				t.Run("mkosi "+m.name, func(t *testing.T) { checkIntoSummary(t, m.argv, dir, tc.driver) })
+				t.Run("mkosi "+m.name, func(t *testing.T) {
+					checkIntoSummary(t, m.argv, dir, tc.driver, map[string]bool{Profile: true, "debug," + Profile: true, "": false})
+				})
 			}
 		})
 	}
 }
 
-func checkIntoSummary(t *testing.T, argv []string, dir, driver string) {
+// TestIntoLayerProfile: --layer-profile switches the layer on with one of
+// the tree's own profiles (cloud-api-adaptor's make image passes
+// --profile production and nothing else), or always; real mkosi reads
+// the tree so. A profile the tree does not define is refused, naming the
+// ones it does, and the tree is left as it was.
+func TestIntoLayerProfile(t *testing.T) {
+	for _, tc := range []struct {
+		with   string
+		active map[string]bool // --profile value: the layer is on
+	}{
+		{"debug", map[string]bool{"debug": true, "": false}},
+		{AlwaysActive, map[string]bool{"": true, "debug": true}},
+	} {
+		t.Run(tc.with, func(t *testing.T) {
+			dir := copyTree(t, filepath.Join("testdata", "caa-shaped"))
+			if rc, out := runInto(t, intoArgs(t, dir, "--build-cache", "auto", "--build-cache-dir", t.TempDir(), "--layer-profile", tc.with)); rc != 0 {
+				t.Fatalf("--into --layer-profile %s: rc %d\n%s", tc.with, rc, out)
+			}
+			for _, m := range parsingMkosis(t) {
+				t.Run("mkosi "+m.name, func(t *testing.T) { checkIntoSummary(t, m.argv, dir, "nvidia-kernel-dkms", tc.active) })
+			}
+		})
+	}
+	dir := copyTree(t, filepath.Join("testdata", "caa-shaped"))
+	before := snapshot(t, dir)
+	rc, out := runInto(t, intoArgs(t, dir, "--layer-profile", "production"))
+	if rc != 2 || !strings.Contains(out, `--layer-profile "production": the tree defines no such profile (its profiles: debug)`) {
+		t.Errorf("--layer-profile production on a tree without it: rc %d\n%s", rc, out)
+	}
+	if after := snapshot(t, dir); !maps.Equal(before, after) {
+		t.Error("a refused --layer-profile changed the tree")
+	}
+}
+
+// checkIntoSummary reads the tree with real mkosi under each --profile
+// value of active, and checks the layer is on (its scripts and packages in
+// the system image, the module cache mounted) exactly where active says.
+func checkIntoSummary(t *testing.T, argv []string, dir, driver string, active map[string]bool) {
 	t.Helper()
 	own := filepath.Join(dir, "mkosi.images", "system")
 	layer := filepath.Join(own, "mkosi.conf.d", LayerDropIn)
 	postinst := []string{filepath.Join(own, "mkosi.postinst.chroot"), filepath.Join(layer, "mkosi.postinst.d", "50-podvm.sh")}
 	finalize := []string{filepath.Join(own, "mkosi.finalize.chroot"), filepath.Join(layer, "mkosi.finalize.d", "50-podvm-check.sh")}
-	for _, profile := range []string{Profile, "debug," + Profile, ""} {
+	for _, profile := range slices.Sorted(maps.Keys(active)) {
+		on := active[profile]
 		args := []string{"--json", "summary"}
 		if profile != "" {
 			args = append([]string{"--profile", profile}, args...)
@@ -389,7 +436,7 @@ func checkIntoSummary(t *testing.T, argv []string, dir, driver string) {
 		found := 0
 		for _, im := range s.Images {
 			ours := slices.Contains(im.PostInstallationScripts, postinst[1])
-			wantOurs := profile != "" && im.Image == "system"
+			wantOurs := on && im.Image == "system"
 			if ours != wantOurs {
 				t.Errorf("profile %q: image %q runs our post-installation script: %v, want %v (%v)", profile, im.Image, ours, wantOurs, im.PostInstallationScripts)
 			}
@@ -404,14 +451,14 @@ func checkIntoSummary(t *testing.T, argv []string, dir, driver string) {
 					t.Errorf("system image scripts: post-installation %v, finalize %v; want the tree's own first, then the layer's", im.PostInstallationScripts, im.FinalizeScripts)
 				}
 			}
-			if profile != "" && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "mkosi.conf.d/"+LayerDropIn+"/mnt/podvm-module-cache") {
+			if on && (len(im.BuildSources) != 2 || im.BuildSources[0].Source != dir || im.BuildSources[1].Target != "mkosi.conf.d/"+LayerDropIn+"/mnt/podvm-module-cache") {
 				t.Errorf("image %q: build sources %+v, want the tree first, then the module cache", im.Image, im.BuildSources)
 			}
 			if im.Image == "initrd" && slices.ContainsFunc(im.Packages, func(p string) bool { return strings.Contains(p, "nvidia") }) {
 				t.Errorf("the initrd image got NVIDIA packages: %v", im.Packages)
 			}
 		}
-		if profile != "" && found != 1 {
+		if on && found != 1 {
 			t.Errorf("profile %q: the system image is not in the summary", profile)
 		}
 		if strings.Contains(stderr, "Setting") || strings.Contains(stderr, "Unknown") {

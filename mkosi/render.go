@@ -62,6 +62,26 @@ type Layer struct {
 	// ImageDir is the image's directory, relative to the tree's root: ""
 	// for a tree of one image, "mkosi.images/system" in a tree of several.
 	ImageDir string
+	// ActiveWith is the profile whose selection switches the layer on:
+	// "" for the layer's own (Profile), another of the tree's profiles
+	// (cloud-api-adaptor's make image selects production itself), or
+	// AlwaysActive.
+	ActiveWith string
+}
+
+// AlwaysActive is the Layer.ActiveWith of a layer that no profile
+// switches: its drop-ins carry no [Match].
+const AlwaysActive = "always"
+
+// activation is the profile that switches the layer on, "" for none.
+func (l *Layer) activation() string {
+	switch l.ActiveWith {
+	case "":
+		return Profile
+	case AlwaysActive:
+		return ""
+	}
+	return l.ActiveWith
 }
 
 // LayerDropIn is the name of the layer's drop-in directories.
@@ -623,7 +643,9 @@ func (r *renderer) writeConf(content, top, build section, errp *error) {
 	case r.c.Into != nil:
 		var match section
 		match.name = "Match"
-		setter{&match, errp}.set("Profiles", Profile)
+		if p := r.c.Into.activation(); p != "" {
+			setter{&match, errp}.set("Profiles", p)
+		}
 		if r.prefix == r.universal {
 			// A tree of one image: one drop-in takes both.
 			if len(content.keys)+len(top.keys)+len(build.keys) > 0 {
