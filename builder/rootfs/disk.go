@@ -225,11 +225,31 @@ func loaderConf(newest bootKernel) string {
 	return fmt.Sprintf("default podvm-%s.conf\ntimeout 0\neditor no\n", newest.Version)
 }
 
-// fstab mounts the root by the same PARTUUID the boot entry names.
+// fstab mounts the root by the same PARTUUID the boot entry names, and
+// grows its file system to its partition at boot (systemd-growfs-root).
 func fstab(partUUID string) string {
-	return "# Written by podvm-rootfs for its disk image: the root by GPT partition UUID.\n" +
-		"PARTUUID=" + partUUID + " / ext4 rw,errors=remount-ro 0 1\n"
+	return "# Written by podvm-rootfs for its disk image: the root by GPT partition UUID,\n" +
+		"# its file system grown at boot to the partition, which systemd-repart grows\n" +
+		"# to the end of the disk (" + growRootConf + ").\n" +
+		"PARTUUID=" + partUUID + " / ext4 rw,errors=remount-ro,x-systemd.growfs 0 1\n"
 }
+
+// growRootConf is the systemd-repart definition that grows the root
+// partition, the disk's last, to the end of the disk the VM is given: a
+// cloud volume (cloud-api-adaptor's default root volume is 30 GiB) is
+// larger than the image, and pod VMs pull container images onto it.
+const growRootConf = "/usr/lib/repart.d/50-podvm-root.conf"
+
+const growRootText = `# Written by podvm-rootfs: grow the root partition to the end of the disk
+# at boot (systemd-repart.service); /etc/fstab's x-systemd.growfs then grows
+# its file system.
+[Partition]
+Type=root
+`
+
+// repartBinary is what runs growRootConf at boot (Debian and Ubuntu:
+// package systemd-repart).
+const repartBinary = "/usr/bin/systemd-repart"
 
 // osTitle is the tree's PRETTY_NAME, for the boot menu.
 func osTitle(root string) string {
@@ -352,9 +372,15 @@ func buildDisk(ctx context.Context, b diskBuild) (res diskResult, err error) {
 	}
 	res.Layout = l
 
-	// The root mounts by PARTUUID also after boot.
+	// The root mounts by PARTUUID also after boot, and grows to the disk.
 	if err := replaceFile(b.Root, "/etc/fstab", []byte(fstab(partUUID)), 0o644); err != nil {
 		return res, err
+	}
+	if err := replaceFile(b.Root, growRootConf, []byte(growRootText), 0o644); err != nil {
+		return res, err
+	}
+	if _, err := os.Lstat(filepath.Join(b.Root, repartBinary)); err != nil {
+		b.Say(fmt.Sprintf("warning: the image has no %s (Debian and Ubuntu: package systemd-repart): its root partition will not grow to a larger disk at boot", repartBinary))
 	}
 
 	// Named for this process: a killed build's multi-GB leftovers are

@@ -207,8 +207,13 @@ func TestBuildDisk(t *testing.T) {
 	must(t, err)
 	f.Close()
 	src.Close()
-	if got := run(t, "debugfs", "-R", "cat /etc/fstab", rootfs); !strings.Contains(got, "PARTUUID="+res.Layout.PartUUID+" / ext4") {
-		t.Errorf("fstab in the disk:\n%s", got)
+	if got := run(t, "debugfs", "-R", "cat /etc/fstab", rootfs); !strings.Contains(got, "PARTUUID="+res.Layout.PartUUID+" / ext4 rw,errors=remount-ro,x-systemd.growfs ") {
+		t.Errorf("fstab in the disk (the root by PARTUUID, grown at boot):\n%s", got)
+	}
+	// The root partition grows to the disk at boot: systemd-repart's
+	// definition matches it by its type.
+	if got := run(t, "debugfs", "-R", "cat "+growRootConf, rootfs); !strings.Contains(got, "[Partition]\nType=root\n") {
+		t.Errorf("%s in the disk:\n%s", growRootConf, got)
 	}
 	if got := run(t, "debugfs", "-R", "stat /opt/local-packages/Release", rootfs); !strings.Contains(got, "User:     0   Group:     0") {
 		t.Errorf("owner not kept:\n%s", got)

@@ -78,6 +78,10 @@ type guestSpec struct {
 	AgentUnits []string
 	// Verity: the root must be a read-only dm-verity device.
 	Verity bool
+	// GrowTo, when not 0, boots the disk as a larger one of this many
+	// bytes (a copy-on-write overlay, as a cloud volume is larger than
+	// the image), whose root must have grown to it.
+	GrowTo int64
 }
 
 // bootCheck boots disk (copy-on-write: the disk is not changed) under
@@ -104,8 +108,18 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	if spec.Verity {
 		verity = "1"
 	}
-	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\nVERITY=%s\n",
-		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "), verity)
+	growMin := int64(0)
+	if spec.GrowTo > 0 {
+		// The overlay: the image below, a larger disk above. The guest's
+		// root must then hold all but the ESP, the GPT and ext4's own
+		// overhead: at least the new size less 1 GiB.
+		overlay := filepath.Join(t.TempDir(), "grown.qcow2")
+		run(t, "/", "qemu-img", "create", "-q", "-f", "qcow2", "-b", disk, "-F", diskFormat(disk), overlay, strconv.FormatInt(spec.GrowTo, 10))
+		t.Logf("booting %s as a disk of %d MiB", filepath.Base(disk), spec.GrowTo>>20)
+		disk, growMin = overlay, spec.GrowTo-1<<30
+	}
+	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\nVERITY=%s\nGROW_MIN=%d\n",
+		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "), verity, growMin)
 	creds := map[string]string{
 		"systemd.extra-unit.podvm-bootcheck.service":        bootUnit,
 		"systemd.unit-dropin.multi-user.target~podvm-check": "[Unit]\nWants=podvm-bootcheck.service\n",
@@ -285,6 +299,9 @@ func assertBoot(t *testing.T, res bootResult, spec guestSpec) {
 	}
 	if spec.Verity {
 		want = append(want, "verity")
+	}
+	if spec.GrowTo > 0 {
+		want = append(want, "grown")
 	}
 	for _, name := range want {
 		v, ok := res.Checks[name]

@@ -87,6 +87,8 @@ func TestImageE2E(t *testing.T) {
 		logDisk(t, disk)
 		spec := imageSpec(t, rootfs, arts)
 		spec.AgentUnits = agentUnits(t, agents)
+		// Booted as a cloud volume larger than the image is.
+		spec.GrowTo = 8 << 30
 		// The example generates the initramfs once, after the GPU layer:
 		// its nouveau hook must have applied.
 		initrds, err := filepath.Glob(filepath.Join(rootfs, "boot/initrd.img-*"))

@@ -12,10 +12,10 @@ exec >/dev/ttyS1 2>&1
 finished=0
 trap '[ "$finished" = 1 ] || echo "PODVM-CHECK-ABORTED the check script stopped early"; systemctl --no-block poweroff' EXIT
 creds=${CREDENTIALS_DIRECTORY:?no credentials}
-# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD, EXPOSE, AGENT_UNITS and VERITY
-# come from the test.
+# MODULE, GPU_UNITS, HEADERS_PREFIX, INITRD, EXPOSE, AGENT_UNITS, VERITY and
+# GROW_MIN come from the test.
 . "$creds/podvm.bootcheck.env"
-: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}" "${AGENT_UNITS:=}" "${VERITY:=}"
+: "${MODULE:=}" "${GPU_UNITS:=}" "${HEADERS_PREFIX:=linux-headers-}" "${INITRD:=image}" "${EXPOSE:=}" "${AGENT_UNITS:=}" "${VERITY:=}" "${GROW_MIN:=0}"
 
 failures=0
 ok() { echo "PODVM-CHECK $1 ok ${2:-}"; }
@@ -37,6 +37,20 @@ else
 fi
 systemd-analyze 2>&1 | head -1 | show
 echo "PODVM-TIME $(systemd-analyze 2>/dev/null | head -1)"
+
+# 1b. Given a disk larger than the image, the root grew to it: its
+#     partition (systemd-repart) and its file system (systemd-growfs).
+if [ "$GROW_MIN" -gt 0 ]; then
+	disk=$(lsblk -b -n -d -o SIZE /dev/vda 2>&1)
+	rootsize=$(df -B1 --output=size / 2>&1 | tail -n 1 | tr -d ' ')
+	if [ "${rootsize:-0}" -ge "$GROW_MIN" ] 2>/dev/null; then
+		ok grown "root file system $((rootsize >> 20)) MiB on a disk of $((disk >> 20)) MiB"
+	else
+		fail grown "root file system '$rootsize' bytes, want at least $GROW_MIN on a disk of $disk"
+		systemctl status systemd-repart.service systemd-growfs-root.service --no-pager 2>&1 | tail -20 | show
+		lsblk -b /dev/vda 2>&1 | show
+	fi
+fi
 
 # 2. No network device at all: the repository check below is offline.
 nics=$(ls /sys/class/net | grep -vx lo | tr '\n' ' ')
