@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree"
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/bake"
 	"github.com/podvm-gpu/packer-plugin-podvm/cachedir"
@@ -254,6 +255,21 @@ func agentTree(dir string, into bool, stdout io.Writer) (string, error) {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
 			return "", usage("mkosi: podvm_binaries: %w", err)
+		}
+		// Checked when the settings were read; read again for its links,
+		// which mkosi copies as links: name those whose targets the tree
+		// lacks, so that a unit the image does not provide is seen before
+		// boot.
+		tree, err := agenttree.Check(abs)
+		if err != nil {
+			return "", usage("mkosi: podvm_binaries: %s: %w", abs, err)
+		}
+		for _, l := range tree.Elsewhere() {
+			where := "the image or its skeleton must provide it"
+			if l.Dest == "/run" || strings.HasPrefix(l.Dest, "/run/") {
+				where = "made at boot"
+			}
+			fmt.Fprintf(stdout, "mkosi: podvm_binaries: the link %s -> %s points outside the tree (%s)\n", l.Path, l.Target, where)
 		}
 		return abs, nil
 	case !into:

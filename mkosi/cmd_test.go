@@ -12,6 +12,7 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 
+	"github.com/podvm-gpu/packer-plugin-podvm/agenttree/agenttreetest"
 	"github.com/podvm-gpu/packer-plugin-podvm/aptsource"
 	"github.com/podvm-gpu/packer-plugin-podvm/gpustack"
 )
@@ -141,4 +142,34 @@ func TestCheckKeysCommand(t *testing.T) {
 
 func runCommand(args []string) int {
 	return RunCommand(context.Background(), args, io.Discard, io.Discard)
+}
+
+// TestGenerateNamesLinksOutsideTheTree: a binaries tree with CAA's kinds
+// of links is taken, and the generator names each link whose target the
+// tree lacks: below /run, made at boot; elsewhere, for the image or its
+// skeleton to provide.
+func TestGenerateNamesLinksOutsideTheTree(t *testing.T) {
+	tree := agenttreetest.StandIn(t)
+	out := filepath.Join(t.TempDir(), "out")
+	key, err := filepath.Abs(filepath.Join("testdata", "toolkit-key.asc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, said := runInto(t, []string{"--output", out, "--mirror", "http://deb.example/debian", "--security-mirror=",
+		"--nvidia-container-toolkit-repo-keyring", key, "--podvm-bin", exe, "--build-cache", "no", "--podvm-binaries", tree})
+	if rc != 0 {
+		t.Fatalf("rc %d\n%s", rc, said)
+	}
+	for _, want := range []string{
+		"the link /etc/kata-opa/default-policy.rego -> /run/peerpod/policy.rego points outside the tree (made at boot)",
+		"the link /etc/systemd/system/multi-user.target.wants/" + agenttreetest.SkeletonUnit + " -> ../" + agenttreetest.SkeletonUnit + " points outside the tree (the image or its skeleton must provide it)",
+	} {
+		if !strings.Contains(said, want) {
+			t.Errorf("the generator does not say %q:\n%s", want, said)
+		}
+	}
 }
