@@ -47,13 +47,17 @@ WantedBy=multi-user.target
 // persistencedUnit replaces the driver package's nvidia-persistenced unit
 // on every distro: the packages' units differ (Debian's runs it with
 // persistence on, Ubuntu's with --no-persistence-mode and
-// StopWhenUnneeded), and none keeps UVM persistence. A pod VM wants the
-// driver state kept from boot, with UVM: NVIDIA's guest init for kata
-// (NVRC) runs it so, and a confidential GPU keeps its SPDM session only
-// while the driver stays up. user is the package's system user.
-func persistencedUnit(user string) string {
+// StopWhenUnneeded). A pod VM wants the driver state kept from boot, and
+// with uvm, UVM's too: NVIDIA's guest init for kata (NVRC) runs it so, and
+// a confidential GPU keeps its SPDM session only while the driver stays
+// up. user is the package's system user.
+func persistencedUnit(user string, uvm bool) string {
+	args := "--user " + user
+	if uvm {
+		args += " --uvm-persistence-mode"
+	}
 	return `# Installed by podvm-gpu: replaces the driver package's unit, to keep
-# persistence and UVM persistence on from boot.
+# persistence on from boot.
 [Unit]
 Description=NVIDIA Persistence Daemon
 Wants=syslog.target
@@ -61,13 +65,19 @@ After=systemd-modules-load.service
 
 [Service]
 Type=forking
-ExecStart=/usr/bin/nvidia-persistenced --user ` + user + ` --uvm-persistence-mode --verbose
+ExecStart=/usr/bin/nvidia-persistenced ` + args + ` --verbose
 ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
 
 [Install]
 WantedBy=multi-user.target
 `
 }
+
+// uvmPersistenceBranch is the first driver branch whose
+// nvidia-persistenced knows --uvm-persistence-mode (550.40.07). An older
+// one takes an unknown option as a bad command line and exits 0 before it
+// forks, so its unit would end with no daemon and no failure.
+const uvmPersistenceBranch = 550
 
 const ccService = `[Unit]
 Description=Set the NVIDIA GPU ready for confidential computing

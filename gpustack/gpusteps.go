@@ -230,7 +230,7 @@ func (g *gpuPlan) services() {
 			acts = append(acts, Install{Packages: g.persist, NoRecommends: true})
 		}
 		acts = append(acts, WriteFile{Path: "/etc/systemd/system/" + persistUnit, Mode: modeFile, Owner: "root:root",
-			Content: persistencedUnit(f.persistencedUser(g.d))})
+			Content: persistencedUnit(f.persistencedUser(g.d), branchAtLeast(g.d.Branch, uvmPersistenceBranch))})
 		acts = append(acts, EnableUnits{Units: []string{persistUnit}})
 		p.add("persistenced", "Enabling nvidia-persistenced", acts...)
 		g.units = append(g.units, persistUnit)
