@@ -63,6 +63,10 @@ var UnitDirs = []string{"/etc/systemd/system", "/usr/lib/systemd/system"}
 // systemd's runtime file systems, which nothing may carry into an image.
 var refusedTop = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "dev", "proc", "sys", "run", "tmp"}
 
+// volatileVar are the image's links into /run: what a tree puts below
+// them would land in the build's /run and be lost.
+var volatileVar = []string{"/var/run", "/var/lock"}
+
 // sectionOf is the section each unit type must have.
 var sectionOf = map[string]string{
 	".service": "Service", ".path": "Path", ".socket": "Socket", ".mount": "Mount",
@@ -94,6 +98,19 @@ type Tree struct {
 	Units       []string // image paths of the unit files, sorted
 	Links       []Link   // enabling links in *.wants and *.requires, sorted
 	Carried     []Link   // every link of the tree, sorted
+
+	// root is Dir resolved when it was checked, and checked what Check
+	// saw there, in walk order: WriteTar packs exactly these, or refuses.
+	root    string
+	checked []entry
+}
+
+// entry is one path of the tree as Check saw it.
+type entry struct {
+	img  string
+	mode fs.FileMode
+	id   fileID
+	size int64
 }
 
 // Elsewhere are the tree's links whose targets are not in the tree:
@@ -151,7 +168,7 @@ func Check(dir string) (*Tree, error) {
 	if err != nil {
 		return nil, refuse("cannot resolve it: %v", err)
 	}
-	t := &Tree{Dir: dir}
+	t := &Tree{Dir: dir, root: real}
 	w := &walker{entries: map[string]fs.FileMode{}, inodes: map[fileID]*hardLinks{}}
 	if err := t.walk(real, w); err != nil {
 		return nil, err
@@ -229,12 +246,19 @@ func (t *Tree) walk(root string, w *walker) error {
 		if err := inputcheck.Text(img, inputcheck.MaxImagePath); err != nil {
 			return refuse("a file name %s: %v", strings.ToValidUTF8(img, "?"), err)
 		}
+		for _, v := range volatileVar {
+			if img == v || strings.HasPrefix(img, v+"/") {
+				return refuse("it has %s: in the image %s is a link into /run, a tmpfs made anew at boot, so nothing below it lasts; put it below /etc or /usr, or make it at boot (tmpfiles.d)", img, v)
+			}
+		}
 		info, err := d.Info()
 		if err != nil {
 			return refuse("cannot look at %s: %v", img, err)
 		}
 		m := info.Mode()
 		w.entries[img] = m.Type()
+		id, _, _ := fileIdentity(info)
+		t.checked = append(t.checked, entry{img: img, mode: m, id: id, size: info.Size()})
 		switch {
 		case m.IsDir():
 			if m.Perm() != 0o755 || m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {

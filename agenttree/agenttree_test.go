@@ -95,6 +95,11 @@ func TestCheckRefuses(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(dir, unitDir, "extra.target"), []byte("[Unit\n"), 0o644))
 			return dir
 		}, "broken section header"},
+		{"a file below /var/run", func(t *testing.T, dir string) string {
+			must(t, os.MkdirAll(filepath.Join(dir, "var/run/kata"), 0o755))
+			must(t, os.WriteFile(filepath.Join(dir, "var/run/kata/x"), nil, 0o644))
+			return dir
+		}, "it has /var/run: in the image /var/run is a link into /run"},
 		{"wants link not named as a unit", func(t *testing.T, dir string) string {
 			must(t, os.Symlink("/run/x", filepath.Join(dir, unitDir, "multi-user.target.wants/notes.txt")))
 			return dir
@@ -276,4 +281,76 @@ func TestWriteTarKeepsLinks(t *testing.T) {
 	if h := entries["etc/"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o755 {
 		t.Errorf("etc/: %+v, want a directory 0755", h)
 	}
+}
+
+// TestWriteTarRefusesChanges: what changed between Check and WriteTar is
+// never packed unchecked: a file swapped for a link to a host file, a
+// directory made writable by all, a file swapped for another are
+// refused naming the path; a file added since is left out; a tree given
+// as a link that is repointed since is still read where it was checked.
+func TestWriteTarRefusesChanges(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	must(t, os.WriteFile(secret, []byte("HOST SECRET"), 0o644))
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, dir string)
+		want   string // in the error; "" for none
+	}{
+		{"file swapped for a link", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "etc/agent-config.toml")
+			must(t, os.Remove(p))
+			must(t, os.Symlink(secret, p))
+		}, "/etc/agent-config.toml changed after it was checked (a regular file with mode 0644, now a symbolic link"},
+		{"directory made writable by all", func(t *testing.T, dir string) {
+			must(t, os.Chmod(filepath.Join(dir, "etc/kata-opa"), 0o777))
+		}, "/etc/kata-opa changed after it was checked (a directory with mode 0755, now a directory with mode 0777)"},
+		{"file replaced", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "usr/local/bin/kata-agent")
+			must(t, os.Remove(p))
+			must(t, os.WriteFile(p, []byte("HOST SECRET"), 0o755))
+		}, "/usr/local/bin/kata-agent changed after it was checked"},
+		{"file added", func(t *testing.T, dir string) {
+			must(t, os.WriteFile(filepath.Join(dir, "etc/added"), []byte("HOST SECRET"), 0o644))
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyStandIn(t)
+			tree, err := Check(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.change(t, dir)
+			var buf bytes.Buffer
+			err = tree.WriteTar(&buf)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("WriteTar: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("WriteTar: %v, want an error with %q", err, tc.want)
+			}
+			if bytes.Contains(buf.Bytes(), []byte("HOST SECRET")) {
+				t.Error("the archive holds what was not checked")
+			}
+		})
+	}
+	t.Run("tree link repointed", func(t *testing.T) {
+		good, other := copyStandIn(t), t.TempDir()
+		must(t, os.MkdirAll(filepath.Join(other, "etc"), 0o755))
+		must(t, os.WriteFile(filepath.Join(other, "etc/agent-config.toml"), []byte("HOST SECRET"), 0o644))
+		link := filepath.Join(t.TempDir(), "tree")
+		must(t, os.Symlink(good, link))
+		tree, err := Check(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(t, os.Remove(link))
+		must(t, os.Symlink(other, link))
+		var buf bytes.Buffer
+		if err := tree.WriteTar(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(buf.Bytes(), []byte("HOST SECRET")) {
+			t.Error("the archive holds the tree the link points to now, not the one checked")
+		}
+	})
 }

@@ -7,55 +7,32 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/podvm-gpu/packer-plugin-podvm/inputcheck"
 )
 
 // WriteTar writes the tree as an archive to unpack on the image's root:
-// every entry root's (0:0), with its mode, links as links. It reads the
-// tree again and refuses anything that changed since Check in a way
-// Check would refuse: a file is opened without following a link, and
-// must still be the regular file of its mode.
+// every entry root's (0:0), with its mode, links as links. It packs
+// exactly the entries Check saw, read again below the directory Check
+// resolved (through os.Root, so nothing outside it is ever opened), and
+// refuses one that is no longer the same file of the same type and mode:
+// what changed since the check is never packed unchecked.
 func (t *Tree) WriteTar(w io.Writer) error {
-	root, err := filepath.EvalSymlinks(t.Dir)
-	if err != nil {
-		return fmt.Errorf("binaries tree %s: %w", t.Dir, err)
-	}
-	tw := tar.NewWriter(w)
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), ModTime: info.ModTime(), Format: tar.FormatPAX}
-		m := info.Mode()
-		switch {
-		case m.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, name+"/"
-			return tw.WriteHeader(h)
-		case m&fs.ModeSymlink != 0:
-			if h.Linkname, err = os.Readlink(p); err != nil {
-				return err
-			}
-			h.Typeflag = tar.TypeSymlink
-			return tw.WriteHeader(h)
-		case m.IsRegular() && m&(fs.ModeSetuid|fs.ModeSetgid) == 0 && m.Perm()&0o022 == 0:
-			return writeFile(tw, h, p, info)
-		}
-		return fmt.Errorf("/%s is a %s with mode %v: changed since it was checked", name, strings.ToLower(fmt.Sprint(m.Type())), m)
-	})
+	r, err := os.OpenRoot(t.root)
 	if err != nil {
 		return fmt.Errorf("packing the binaries tree %s: %w", t.Dir, err)
+	}
+	defer r.Close()
+	tw := tar.NewWriter(w)
+	for _, e := range t.checked {
+		if e.img == "/" {
+			continue
+		}
+		if err := writeEntry(tw, r, e); err != nil {
+			return fmt.Errorf("packing the binaries tree %s: %w", t.Dir, err)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("packing the binaries tree %s: %w", t.Dir, err)
@@ -63,31 +40,60 @@ func (t *Tree) WriteTar(w io.Writer) error {
 	return nil
 }
 
-// writeFile adds one regular file, read through a descriptor that cannot
-// have followed a link, and no longer than it was when walked.
-func writeFile(tw *tar.Writer, h *tar.Header, p string, walked fs.FileInfo) error {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// writeEntry adds one checked entry, if it is still what Check saw.
+func writeEntry(tw *tar.Writer, r *os.Root, e entry) error {
+	name := strings.TrimPrefix(e.img, "/")
+	changed := func(now string) error {
+		return refuse("%s changed after it was checked (%s, now %s): run the build again on a tree nothing writes to", e.img, describe(e.mode), now)
+	}
+	fi, err := r.Lstat(name)
 	if err != nil {
-		return err
+		return changed(err.Error())
+	}
+	if id, _, _ := fileIdentity(fi); fi.Mode() != e.mode || id != e.id {
+		return changed(describe(fi.Mode()))
+	}
+	h := &tar.Header{Name: name, Mode: int64(e.mode.Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	switch {
+	case e.mode.IsDir():
+		h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		return tw.WriteHeader(h)
+	case e.mode&fs.ModeSymlink != 0:
+		if h.Linkname, err = r.Readlink(name); err != nil {
+			return changed(err.Error())
+		}
+		h.Typeflag = tar.TypeSymlink
+		return tw.WriteHeader(h)
+	case !e.mode.IsRegular():
+		return changed(describe(fi.Mode()))
+	}
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return changed(err.Error())
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	fi, err = f.Stat()
 	if err != nil {
-		return err
+		return changed(err.Error())
 	}
-	if !fi.Mode().IsRegular() || !os.SameFile(fi, walked) {
-		return fmt.Errorf("/%s: replaced since it was walked", h.Name)
+	if id, _, _ := fileIdentity(fi); fi.Mode() != e.mode || id != e.id || fi.Size() != e.size {
+		return changed(fmt.Sprintf("%s of %d bytes", describe(fi.Mode()), fi.Size()))
 	}
-	h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+	h.Typeflag, h.Size = tar.TypeReg, e.size
 	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
-	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
-	if err == nil && n != fi.Size() {
+	n, err := io.Copy(tw, io.LimitReader(f, e.size))
+	if err == nil && n != e.size {
 		err = errors.New("it shrank while it was read")
 	}
 	if err != nil {
-		return fmt.Errorf("/%s: %w", path.Clean(h.Name), err)
+		return fmt.Errorf("%s: %w", e.img, err)
 	}
 	return nil
+}
+
+// describe is a mode in words: the kind and the permission bits.
+func describe(m fs.FileMode) string {
+	return fmt.Sprintf("a %s with mode %04o", inputcheck.FileKind(m), uint32(m.Perm()|m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)))
 }

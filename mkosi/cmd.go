@@ -526,7 +526,7 @@ func layerProfile(tree, name string) (string, error) {
 		return name, nil
 	}
 	if !profileName.MatchString(name) {
-		return "", fmt.Errorf("--layer-profile %q: not a profile name (letters, digits, '.', '_' and '-')", name)
+		return "", fmt.Errorf("--layer-profile %q: not a profile name (a letter or digit, then letters, digits, '.', '_' and '-')", name)
 	}
 	dirs, err := filepath.Glob(filepath.Join(tree, "mkosi.images", "*", "mkosi.profiles"))
 	if err != nil {

@@ -51,15 +51,18 @@ func agentStack(ctx context.Context, r *runner, dir string) (string, error) {
 // carryTree packs the tree on the build host into a private temporary
 // file, stages it in the image and unpacks it onto the root: entries
 // root's, existing directories (/etc, /usr) keeping their own modes and
-// links (merged /usr). The archive is removed on both sides, whatever
-// happens.
+// links (merged /usr). The host's file is unlinked as soon as it is made
+// (only the open descriptor holds it), so not even a killed plugin leaves
+// it; the staged copy goes once unpacked, or on failure.
 func carryTree(ctx context.Context, r *runner, tree *agenttree.Tree) (int64, error) {
 	f, err := os.CreateTemp("", "podvm-binaries-*.tar")
 	if err != nil {
 		return 0, fmt.Errorf("packing the binaries tree: %w", err)
 	}
-	defer os.Remove(f.Name())
 	defer f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return 0, fmt.Errorf("packing the binaries tree: %w", err)
+	}
 	if err := tree.WriteTar(f); err != nil {
 		return 0, err
 	}
@@ -102,7 +105,7 @@ func agentScript(tree *agenttree.Tree) string {
 	}
 	for _, l := range tree.Links {
 		dir := path.Dir(l.Path)
-		fmt.Fprintf(&b, "mkdir -p %s\nln -sfn %s %s\nchown -h 0:0 %s\n", q(dir), q(l.Target), q(l.Path), q(l.Path))
+		fmt.Fprintf(&b, "mkdir -p -- %s\nln -sfn -- %s %s\nchown -h 0:0 -- %s\n", q(dir), q(l.Target), q(l.Path), q(l.Path))
 	}
 	return b.String()
 }
@@ -126,7 +129,8 @@ func warnElsewhere(ctx context.Context, r *runner, tree *agenttree.Tree) error {
 	}
 	absent := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
-		absent[line] = true
+		// A pty (ssh_pty) ends lines in CRLF.
+		absent[strings.TrimSuffix(line, "\r")] = true
 	}
 	for _, l := range links {
 		switch {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"debug/pe"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -110,13 +111,22 @@ func bootCheck(t *testing.T, disk string, spec guestSpec) bootResult {
 	}
 	growMin := int64(0)
 	if spec.GrowTo > 0 {
-		// The overlay: the image below, a larger disk above. The guest's
-		// root must then hold all but the ESP, the GPT and ext4's own
-		// overhead: at least the new size less 1 GiB.
+		// The overlay: the image below, a larger disk above, at least
+		// 4 GiB larger than the image. The guest's root must then hold
+		// all but the ESP, the GPT and ext4's own overhead: at least the
+		// new size less 1 GiB, which a root that did not grow (at most
+		// the image's size) cannot.
+		var info struct {
+			VirtualSize int64 `json:"virtual-size"`
+		}
+		out, err := exec.Command("qemu-img", "info", "--output=json", disk).Output()
+		must(t, err)
+		must(t, json.Unmarshal(out, &info))
+		size := max(spec.GrowTo, info.VirtualSize+4<<30)
 		overlay := filepath.Join(t.TempDir(), "grown.qcow2")
-		run(t, "/", "qemu-img", "create", "-q", "-f", "qcow2", "-b", disk, "-F", diskFormat(disk), overlay, strconv.FormatInt(spec.GrowTo, 10))
-		t.Logf("booting %s as a disk of %d MiB", filepath.Base(disk), spec.GrowTo>>20)
-		disk, growMin = overlay, spec.GrowTo-1<<30
+		run(t, "/", "qemu-img", "create", "-q", "-f", "qcow2", "-b", disk, "-F", diskFormat(disk), overlay, strconv.FormatInt(size, 10))
+		t.Logf("booting %s (%d MiB) as a disk of %d MiB", filepath.Base(disk), info.VirtualSize>>20, size>>20)
+		disk, growMin = overlay, size-1<<30
 	}
 	env := fmt.Sprintf("MODULE=%q\nGPU_UNITS=%q\nHEADERS_PREFIX=linux-headers-\nINITRD=%s\nEXPOSE=%q\nAGENT_UNITS=%q\nVERITY=%s\nGROW_MIN=%d\n",
 		spec.Module, strings.Join(spec.GPUUnits, " "), initrd, spec.Expose, strings.Join(spec.AgentUnits, " "), verity, growMin)

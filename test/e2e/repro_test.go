@@ -186,9 +186,8 @@ func compareBuilds(t *testing.T, outs [2]string, disk, uki string, verity bool) 
 				continue
 			}
 			n++
-			out, _ := exec.Command("cmp", "-l", filepath.Join(rootA, f[1]), filepath.Join(rootB, f[3])).CombinedOutput()
-			cl := strings.Split(strings.TrimSpace(string(out)), "\n")
-			t.Errorf("%s: %d bytes differ, the first at offset %s", f[1], len(cl), strings.Fields(cl[0] + " ?")[0])
+			out, _ := exec.Command("cmp", filepath.Join(rootA, f[1]), filepath.Join(rootB, f[3])).CombinedOutput()
+			t.Errorf("%s: %s", f[1], strings.NewReplacer(rootA, "", rootB, "").Replace(strings.TrimSpace(string(out))))
 		}
 	}
 	// What diff -r does not compare: type, mode, owner, size and
