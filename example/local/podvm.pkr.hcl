@@ -114,10 +114,11 @@ build {
 
   # The image's own kernel, exactly one and current: the driver is built for
   # it, not for the host's. systemd-boot-efi gives the disk the image's own
-  # boot loader; systemd-repart grows its root to the disk it boots from. The kernel's initramfs is generated once, by the last
-  # provisioner, after everything that changes what goes into it (the GPU
-  # layer's modules and hooks): INITRD=No skips the kernel package's own,
-  # and initramfs-tools goes first, so that its trigger finds no kernel.
+  # boot loader; systemd-repart grows its root to the disk it boots from.
+  # The kernel's initramfs is generated once, by the last provisioner, after
+  # everything that changes what goes into it (the GPU layer's modules and
+  # hooks): INITRD=No skips the kernel package's own, and initramfs-tools
+  # goes first, so that its trigger finds no kernel.
   provisioner "shell" {
     environment_vars = ["DEBIAN_FRONTEND=noninteractive"]
     inline = [
