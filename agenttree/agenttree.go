@@ -113,6 +113,10 @@ type entry struct {
 	size int64
 }
 
+// MadeAtBoot says that the link's target is below /run: a tmpfs the
+// image's boot fills (tmpfiles.d, units), never in the image itself.
+func (l Link) MadeAtBoot() bool { return l.Dest == "/run" || strings.HasPrefix(l.Dest, "/run/") }
+
 // Elsewhere are the tree's links whose targets are not in the tree:
 // what the image or its boot must provide.
 func (t *Tree) Elsewhere() []Link {

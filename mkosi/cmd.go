@@ -266,7 +266,7 @@ func agentTree(dir string, into bool, stdout io.Writer) (string, error) {
 		}
 		for _, l := range tree.Elsewhere() {
 			where := "the image or its skeleton must provide it"
-			if l.Dest == "/run" || strings.HasPrefix(l.Dest, "/run/") {
+			if l.MadeAtBoot() {
 				where = "made at boot"
 			}
 			fmt.Fprintf(stdout, "mkosi: podvm_binaries: the link %s -> %s points outside the tree (%s)\n", l.Path, l.Target, where)

@@ -135,7 +135,7 @@ func warnElsewhere(ctx context.Context, r *runner, tree *agenttree.Tree) error {
 	for _, l := range links {
 		switch {
 		case !absent[l.Path]:
-		case l.Dest == "/run" || strings.HasPrefix(l.Dest, "/run/"):
+		case l.MadeAtBoot():
 			r.ui.Say(fmt.Sprintf("podvm-gpu: pod VM: the link %s -> %s points below /run: its target is made at boot", l.Path, l.Target))
 		default:
 			r.ui.Error(fmt.Sprintf("podvm-gpu: warning: the link %s -> %s from podvm_binaries points to %s, which is not in the image: provide it (a unit of the image or its skeleton) or the link stays dangling at boot", l.Path, l.Target, l.Dest))
